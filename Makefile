@@ -1,0 +1,39 @@
+# joulepool: `make run` sets up and runs the demo; `make test` sets up and runs every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.joulepool-installed
+# CI pins every package with a constraints file; a developer's machine takes the ranges.
+CONSTRAINTS ?=
+
+.PHONY: run test lint typecheck conformance bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "joulepool needs Python 3.11 or newer; set PYTHON=python3.11")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/pool conformance run conformance/vectors
+	echo '{"op":"decide","tree":{"entitlements":[{"id":"team","guarantee_uj":1000000,"guarantee_devices":4,"over_quota_weight":1}]},"usage":{},"claim":{"id":"job-1","entitlement":"team","gang_size":2,"devices_per_member":2,"estimate":{"uj":400000,"grade":"Estimator"}}}' | $(BIN)/pool exec
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+conformance: $(STAMP)
+	$(BIN)/pool conformance run conformance/vectors
+
+test: lint typecheck conformance
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/decide.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,7 @@
+"""`python -m joulepool.cli`: the `pool` command."""
+
+import sys
+
+from joulepool.cli import main
+
+sys.exit(main())

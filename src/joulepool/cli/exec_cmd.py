@@ -1,0 +1,37 @@
+"""`pool exec`: one conformance case on standard input, its result on standard output."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import sys
+
+
+def run_exec() -> int:
+    """Read one case, write one result, exit 0 for every case (CONFORMANCE.md)."""
+    from joulepool.execute import exec_bytes
+
+    with contextlib.suppress(ImportError):  # the ledger operations register themselves
+        importlib.import_module("joulepool.ledger.operations")
+    data = sys.stdin.buffer.read()
+    try:
+        out = exec_bytes(data)
+    except Exception as exc:  # a bug must still not print a traceback (CONFORMANCE.md)
+        from joulepool.jsonio import dumps_canonical
+
+        out = (dumps_canonical({"error": "internal_error", "detail": repr(exc)}) + "\n").encode()
+    sys.stdout.buffer.write(out)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `pool exec`."""
+    p = sub.add_parser(
+        "exec",
+        help="run one conformance case (JSON on stdin) and print its result",
+        description="Read one pool/1 conformance case as JSON on standard input and write "
+        "its result as JSON on standard output (CONFORMANCE.md). Exit status 0 for every case.",
+    )
+    p.set_defaults(handler=lambda _args: run_exec())

@@ -1,0 +1,113 @@
+"""The one error hierarchy of joulepool: every refusal it makes on purpose is a `PoolError`.
+
+Each class is named for what went wrong and carries the machine-readable parts (a field,
+a node, an index, an error name) beside a sentence for people, so a caller can catch one
+kind on its own and a command line can print it without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PoolError(Exception):
+    """Root of every error joulepool raises on purpose."""
+
+    code: str = "pool_error"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidInput(PoolError):
+    """A figure, field or document broke the rules of its shape (DESIGN.md §2)."""
+
+    code = "invalid_input"
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"{field}: {detail}" if field else detail)
+        self.field = field
+
+
+class InvalidTree(InvalidInput):
+    """An entitlement tree was refused when it was built (standard §2.1, DESIGN.md §3).
+
+    `structural` tells a broken tree (duplicate id, unknown parent, cycle, limit below the
+    guarantee) from a badly typed figure in one node, which is invalid input like any other.
+    """
+
+    code = "invalid_tree"
+
+    def __init__(
+        self,
+        node: str | None,
+        field: str,
+        reason: str,
+        file: str | None = None,
+        *,
+        structural: bool = True,
+    ) -> None:
+        where = f"entitlement {node!r}" if node is not None else "tree"
+        prefix = f"{file}: " if file else ""
+        PoolError.__init__(self, f"{prefix}{where}, field {field!r}: {reason}")
+        self.field = field
+        self.node = node
+        self.reason = reason
+        self.file = file
+        self.structural = structural
+
+    def in_file(self, file: str) -> InvalidTree:
+        """The same refusal, naming the file the tree came from."""
+        return InvalidTree(self.node, self.field, self.reason, file, structural=self.structural)
+
+
+class AttributionRefused(PoolError):
+    """A device total could not be divided: no occupants, or no weight (standard §2.5)."""
+
+    code = "attribution_refused"
+
+    def __init__(self, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+
+
+class LedgerRefused(PoolError):
+    """A ledger failed verification or replay at `index` with the error name `error` (§6.4-§6.6)."""
+
+    code = "ledger_refused"
+
+    def __init__(self, index: int, error: str, detail: str = "") -> None:
+        super().__init__(f"entry {index}: {error}" + (f" ({detail})" if detail else ""))
+        self.index = index
+        self.error = error
+
+
+class WitnessRefused(PoolError):
+    """A witness receipt was refused: its key is the steward's, or it cannot be made (§6.7)."""
+
+    code = "witness_refused"
+
+    def __init__(self, error: str, detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+
+
+class KeyFileError(PoolError):
+    """A key file is missing, readable by others, or not the COSE_Key it should be."""
+
+    code = "key_file"
+
+
+class StoreError(PoolError):
+    """A ledger store could not be opened, read or appended to."""
+
+    code = "store_error"
+
+
+class ClaimError(PoolError):
+    """A claim or release the pool cannot take: duplicate id, unknown or released claim."""
+
+    code = "claim_error"
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code

@@ -1,0 +1,61 @@
+"""Who yields under contention: realised cost and the preemption order (standard §5).
+
+Evidence before declaration: workloads with a defined cost per completed unit come first,
+most expensive first; unmeasured ones after, lowest priority first; every tie breaks on the
+workload key so a replay reproduces the order (§5.2). An undefined cost is `None`, never a
+number standing in for it (§1.4, §5.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from joulepool.checks import check_figure
+from joulepool.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A running workload as preemption sees it: what it spent and what it completed (§5.1)."""
+
+    key: str
+    spent_uj: int
+    completed_units: int
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise InvalidInput("key", "must be a non-empty string")
+        check_figure(self.spent_uj, "spent_uj")
+        check_figure(self.completed_units, "completed_units")
+        check_figure(self.priority, "priority")
+
+
+def realised_cost(spent_uj: int, completed_units: int) -> Fraction | None:
+    """Spent microjoules per completed unit, exactly; `None` when nothing completed (§5.1)."""
+    check_figure(spent_uj, "spent_uj")
+    check_figure(completed_units, "completed_units")
+    if completed_units == 0:
+        return None
+    return Fraction(spent_uj, completed_units)
+
+
+def preemption_order(workloads: Iterable[Workload]) -> list[str]:
+    """The order capacity is reclaimed in (§5.2): evidence first, then declaration."""
+    measured: list[tuple[Fraction, str]] = []
+    unmeasured: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for w in workloads:
+        if w.key in seen:
+            raise InvalidInput("workloads", f"workload key {w.key!r} appears twice")
+        seen.add(w.key)
+        cost = realised_cost(w.spent_uj, w.completed_units)
+        if cost is None:
+            unmeasured.append((w.priority, w.key))
+        else:
+            measured.append((cost, w.key))
+    measured.sort(key=lambda item: (-item[0], item[1]))
+    unmeasured.sort()
+    return [key for _, key in measured] + [key for _, key in unmeasured]
