@@ -13,7 +13,9 @@ from joulepool.errors import InvalidInput
 
 def check_figure(value: object, field: str) -> int:
     """Refuse anything but a non-negative integer (DESIGN.md §2): no float, bool or None."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if type(value) is not int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return check_figure(int(value), field)  # an int subclass (an IntEnum) is its value
         raise InvalidInput(field, f"must be a non-negative integer, got {type(value).__name__}")
     if value < 0:
         raise InvalidInput(field, f"must not be negative, got {value}")
@@ -22,7 +24,9 @@ def check_figure(value: object, field: str) -> int:
 
 def check_text(value: object, field: str) -> str:
     """Refuse anything but a non-empty string, for ids and names (DESIGN.md §3)."""
-    if not isinstance(value, str) or not value:
+    if type(value) is not str or not value:
+        if isinstance(value, str) and value:
+            return str(value)
         raise InvalidInput(field, "must be a non-empty string")
     return value
 

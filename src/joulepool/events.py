@@ -31,8 +31,12 @@ class Admitted:
     def __post_init__(self) -> None:
         check_text(self.claim, "claim")
         check_text(self.entitlement, "entitlement")
-        for name in ("gang_size", "devices_per_member", "borrowed_uj", "at_ms"):
-            check_figure(getattr(self, name), name)
+        check_figure(self.gang_size, "gang_size")
+        check_figure(self.devices_per_member, "devices_per_member")
+        check_figure(self.borrowed_uj, "borrowed_uj")
+        check_figure(self.at_ms, "at_ms")
+        if not isinstance(self.reserved, Energy):
+            raise InvalidInput("reserved", "must be an Energy")
         if self.gang_size < 1 or self.devices_per_member < 1:
             raise InvalidInput("gang_size", "an admitted gang has members and devices")
         if self.borrowed_uj > self.reserved.uj:
@@ -73,6 +77,8 @@ class Released:
     def __post_init__(self) -> None:
         check_text(self.claim, "claim")
         check_figure(self.at_ms, "at_ms")
+        if not isinstance(self.actual, Energy):
+            raise InvalidInput("actual", "must be an Energy")
 
     def to_json(self) -> dict[str, object]:
         """The CONFORMANCE.md `seal` event shape."""

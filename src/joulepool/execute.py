@@ -182,4 +182,6 @@ def exec_bytes(data: bytes) -> bytes:
         result = run_case(loads_strict(data))
     except InvalidInput as exc:
         result = {"error": "invalid_input", "detail": str(exc)}
+    except Exception as exc:  # a bug must still not print a traceback (CONFORMANCE.md)
+        result = {"error": "internal_error", "detail": repr(exc)}
     return (dumps_canonical(result) + "\n").encode("utf-8")

@@ -15,12 +15,7 @@ def run_exec() -> int:
     with contextlib.suppress(ImportError):  # the ledger operations register themselves
         importlib.import_module("joulepool.ledger.operations")
     data = sys.stdin.buffer.read()
-    try:
-        out = exec_bytes(data)
-    except Exception as exc:  # a bug must still not print a traceback (CONFORMANCE.md)
-        from joulepool.jsonio import dumps_canonical
-
-        out = (dumps_canonical({"error": "internal_error", "detail": repr(exc)}) + "\n").encode()
+    out = exec_bytes(data)
     sys.stdout.buffer.write(out)
     sys.stdout.buffer.flush()
     return 0

@@ -1,0 +1,342 @@
+"""`pool ledger verify | show | usage | recover | export`: reading a ledger file (§6)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from joulepool.cli.output import add_json, emit, table, uj
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from joulepool.ledger.keys import KeyPair
+    from joulepool.ledger.replay import Replayer
+    from joulepool.stores.file import FileStore
+
+PROGRESS_FROM = 20_000
+"""A ledger at least this long shows a progress bar while it verifies (on a terminal)."""
+
+
+def steward_key(ledger: Path, key: str | None) -> KeyPair:
+    """The steward's public key: `--key`, else `steward.pub` beside the ledger file."""
+    from joulepool.deployment import PUBLIC_KEY
+    from joulepool.errors import KeyFileError
+    from joulepool.ledger.keys import load_key_file
+
+    path = Path(key) if key else ledger.parent / PUBLIC_KEY
+    if not key and not path.exists():
+        raise KeyFileError(
+            f"no steward key: {path} does not exist; pass --key with the steward's public key file"
+        )
+    return load_key_file(path)
+
+
+def _with_progress(total: int, run: Callable[[Callable[[int], None] | None], Replayer]) -> Replayer:
+    if total < PROGRESS_FROM or not sys.stderr.isatty():
+        return run(None)
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("verify", total=total)
+        return run(lambda n: bar.update(task, completed=n))
+
+
+def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
+    """Open the ledger read-only and replay it, or raise `LedgerRefused` at its index."""
+    from joulepool.errors import LedgerRefused
+    from joulepool.ledger.replay import replay
+    from joulepool.stores.file import FileStore
+
+    path = Path(args.file)
+    key = steward_key(path, args.key)
+    store = FileStore(path, writer=False)
+    workers = args.workers if args.workers else min(os.cpu_count() or 1, 4)
+    if len(store) < 2_000:
+        workers = 1
+    try:
+        replayer = _with_progress(
+            len(store),
+            lambda progress: replay(
+                store.entries(), key.kid, key.public_key, workers=workers, progress=progress
+            ),
+        )
+        if store.tail is not None:
+            what = "incomplete (a torn write)" if store.tail.torn else "not a ledger entry"
+            hint = f"; `pool ledger recover {path}` truncates it" if store.tail.torn else ""
+            raise LedgerRefused(
+                len(store),
+                "malformed",
+                f"{store.tail.length} bytes at offset {store.tail.offset} are {what}{hint}",
+            )
+    except BaseException:
+        store.close()
+        raise
+    return store, key, replayer
+
+
+def _attestation(
+    args: argparse.Namespace, store: FileStore, key: KeyPair, replayer: Replayer
+) -> Any:
+    from joulepool.deployment import WITNESSES
+    from joulepool.ledger.cose import GENESIS, content_address
+    from joulepool.ledger.keys import load_key_file
+    from joulepool.witnesses import KeptReceipt, attestation, load_receipts
+
+    folder = Path(args.witnesses) if args.witnesses else Path(args.file).parent / WITNESSES
+    kept = load_receipts(folder)
+    for receipt, witness_key in zip(args.receipt, args.witness_key, strict=False):
+        wk = load_key_file(Path(witness_key))
+        kept.append(KeptReceipt(wk.kid, wk.public_key, Path(receipt).read_bytes()))
+
+    def head_at(n: int) -> bytes:
+        return content_address(store.entry(n - 1)) if n else GENESIS
+
+    return attestation(kept, key.kid, key.public_key, replayer.length, head_at)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from joulepool.errors import InvalidInput, LedgerRefused
+
+    if len(args.receipt) != len(args.witness_key):
+        raise InvalidInput("--receipt", "give one --witness-key for each --receipt")
+    try:
+        store, key, replayer = verified(args)
+    except LedgerRefused as refused:
+        exc = refused
+        failure = {"ok": False, "index": exc.index, "error": exc.error, "detail": exc.detail}
+        emit(
+            args,
+            failure,
+            lambda c: c.print(f"REFUSED at entry {exc.index}: {exc.error}: {exc.detail}"),
+        )
+        return 1
+    try:
+        report = _attestation(args, store, key, replayer)
+    finally:
+        store.close()
+    result: dict[str, Any] = {
+        "ok": True,
+        "steward": key.kid,
+        "length": replayer.length,
+        "head_hex": replayer.head.hex(),
+        "attestation": report.attestation.value,
+    }
+    if report.through is not None:
+        result["witnessed_through"] = report.through
+
+    def human(c: Console) -> None:
+        c.print(
+            f"ledger {args.file}: {replayer.length} entries verified (signatures, chain, events)"
+        )
+        c.print(f"steward {key.kid}, head {replayer.head.hex()}")
+        if report.through is None:
+            c.print("attestation: self-attested (no witness receipt covers this ledger)")
+        else:
+            tail = replayer.length - report.through
+            c.print(
+                f"attestation: witnessed through entry {report.through}"
+                + (f"; the {tail} entries after it are self-attested" if tail else "")
+            )
+
+    emit(args, result, human)
+    return 0
+
+
+def entry_rows(
+    store: FileStore, steward: str, start: int, limit: int | None
+) -> Iterator[dict[str, Any]]:
+    """Each entry's index, content address and event, for `pool ledger show`."""
+    from joulepool.ledger.cose import content_address, open_envelope
+    from joulepool.ledger.entry import event_of
+
+    for i, raw in enumerate(store.entries(start), start):
+        if limit is not None and i >= start + limit:
+            return
+        event = event_of(open_envelope(raw).core, steward)
+        yield {"seq": i, "address_hex": content_address(raw).hex(), **event.to_json()}
+
+
+def _show(args: argparse.Namespace) -> int:
+    store, key, _ = verified(args)
+    try:
+        rows = list(entry_rows(store, key.kid, args.start, args.limit))
+    finally:
+        store.close()
+
+    def human(c: Console) -> None:
+        body = []
+        for r in rows:
+            energy: dict[str, Any] = r.get("reserved") or r["actual"]
+            body.append(
+                [
+                    r["seq"],
+                    r["event"],
+                    r["claim"],
+                    r.get("entitlement", ""),
+                    uj(energy["uj"]),
+                    energy["grade"],
+                    r.get("borrowed_uj", ""),
+                    r.get("class", ""),
+                    r["address_hex"][:16],
+                ]
+            )
+        c.print(
+            table(
+                f"{args.file}",
+                [
+                    "seq",
+                    "event",
+                    "claim",
+                    "entitlement",
+                    "energy",
+                    "grade",
+                    "borrowed",
+                    "class",
+                    "address",
+                ],
+                body,
+                right=["seq", "energy", "borrowed"],
+            )
+        )
+
+    emit(args, {"entries": rows}, human)
+    return 0
+
+
+def _usage(args: argparse.Namespace) -> int:
+    store, _, replayer = verified(args)
+    store.close()
+    usage = replayer.state.usage
+    figures = {
+        i: {
+            "spent_uj": usage.of(i).spent_uj,
+            "reserved_uj": usage.of(i).reserved_uj,
+            "held_devices": usage.of(i).held_devices,
+            "running_claims": usage.of(i).running_claims,
+        }
+        for i in usage.ids()
+    }
+    result = {
+        "length": replayer.length,
+        "usage": figures,
+        "open_claims": replayer.state.open_claims(),
+    }
+
+    def human(c: Console) -> None:
+        c.print(
+            table(
+                f"usage replayed from {args.file} ({replayer.length} entries)",
+                ["entitlement", "spent", "reserved", "devices held", "running"],
+                [
+                    [
+                        i,
+                        uj(f["spent_uj"]),
+                        uj(f["reserved_uj"]),
+                        f["held_devices"],
+                        f["running_claims"],
+                    ]
+                    for i, f in figures.items()
+                ],
+                right=["spent", "reserved", "devices held", "running"],
+            )
+        )
+
+    emit(args, result, human)
+    return 0
+
+
+def _recover(args: argparse.Namespace) -> int:
+    from joulepool.stores.file import recover
+
+    done = recover(Path(args.file))
+    if done is None:
+        result: dict[str, Any] = {"recovered": False, "detail": "the ledger ends in a whole entry"}
+        emit(
+            args,
+            result,
+            lambda c: c.print(f"{args.file}: nothing to recover; it ends in a whole entry"),
+        )
+        return 0
+    result = {
+        "recovered": True,
+        "offset": done.offset,
+        "removed_bytes": done.removed,
+        "entries": done.entries,
+    }
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"{args.file}: truncated an incomplete final entry at byte offset {done.offset} "
+            f"({done.removed} bytes); {done.entries} whole entries remain. Run `pool ledger verify`."
+        ),
+    )
+    return 0
+
+
+def _add_reading(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE", help="the ledger file (a CBOR sequence)")
+    p.add_argument(
+        "--key",
+        metavar="KEYFILE",
+        help="the steward's public key (default: steward.pub beside FILE)",
+    )
+    p.add_argument(
+        "--workers", type=int, default=0, help="processes verifying signatures (default: up to 4)"
+    )
+    add_json(p)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `pool ledger`."""
+    p = sub.add_parser("ledger", help="verify, show, replay or recover a ledger file")
+    lsub = p.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND", required=True)
+
+    v = lsub.add_parser("verify", help="verify every entry; print length, head and attestation")
+    _add_reading(v)
+    v.add_argument(
+        "--witnesses",
+        metavar="DIR",
+        help="folder of kept receipts (default: witnesses/ beside FILE)",
+    )
+    v.add_argument("--receipt", action="append", default=[], help="a witness receipt file")
+    v.add_argument(
+        "--witness-key", action="append", default=[], help="that witness's public key file"
+    )
+    v.set_defaults(handler=_verify)
+
+    s = lsub.add_parser("show", help="a table of entries (after verifying the ledger)")
+    _add_reading(s)
+    s.add_argument("--from", dest="start", type=int, default=0, help="first index (0)")
+    s.add_argument("--limit", type=int, help="at most this many entries")
+    s.set_defaults(handler=_show)
+
+    u = lsub.add_parser("usage", help="the usage the ledger replays to (§6.1)")
+    _add_reading(u)
+    u.set_defaults(handler=_usage)
+
+    r = lsub.add_parser(
+        "recover", help="truncate an incomplete final entry (a torn write), nothing else"
+    )
+    r.add_argument("file", metavar="FILE")
+    add_json(r)
+    r.set_defaults(handler=_recover)

@@ -1,0 +1,62 @@
+"""Output for every command: JSON with `--json`, rich tables for people otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def console() -> Console:
+    """A console for human output on standard output."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    """Machine output: one JSON document, keys sorted."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def emit(args: argparse.Namespace, data: Any, human: Callable[[Console], None]) -> None:
+    """Print `data` as JSON under `--json`, else call `human` with a console."""
+    if getattr(args, "json", False):
+        print_json(data)
+    else:
+        human(console())
+
+
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    right: Sequence[str] = (),
+) -> Any:
+    """A rich table; columns named in `right` are right-aligned (figures)."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for name in columns:
+        t.add_column(name, justify="right" if name in right else "left")
+    for row in rows:
+        t.add_row(*("-" if v is None else str(v) for v in row))
+    return t
+
+
+def add_json(parser: argparse.ArgumentParser) -> None:
+    """The `--json` flag every command has."""
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def uj(value: int | None) -> str:
+    """Microjoules for people: the integer with thousands separators, and joules beside it."""
+    if value is None:
+        return "-"
+    return f"{value:,} µJ ({value // 1_000_000:,} J)" if value >= 10_000_000 else f"{value:,} µJ"

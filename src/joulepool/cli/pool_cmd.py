@@ -1,0 +1,411 @@
+"""`pool init`, `admit`, `release`, `usage`, `estimate`, `preempt`, `idle`, `attribute`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from joulepool.cli.output import add_json, emit, table, uj
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from joulepool.pool import Pool
+
+GRADES = ("HwShunt", "ModelBased", "Estimator")
+EXIT_BY_VERDICT = {"admit": 0, "queue": 3, "deny": 4}
+"""`pool admit` exits 0 on Admit, 3 on Queue, 4 on Deny: verdicts, not errors (which exit 1)."""
+
+
+def _open(args: argparse.Namespace) -> Pool:
+    from joulepool.pool import open_pool
+
+    return open_pool(Path(args.dir))
+
+
+def init_deployment(folder: Path, steward: str) -> None:
+    """Create a deployment: a key, the example tree, an empty ledger (DESIGN.md §5)."""
+    from joulepool.deployment import (
+        CONFIG,
+        EXAMPLE_TREE,
+        KEY,
+        LEDGER,
+        PUBLIC_KEY,
+        WITNESSES,
+        write_config,
+    )
+    from joulepool.errors import InvalidInput
+    from joulepool.ledger.keys import KeyPair, write_key_file
+    from joulepool.stores.file import create
+
+    if folder.exists() and any(folder.iterdir()):
+        raise InvalidInput(str(folder), "is not empty; pool init never overwrites a deployment")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / WITNESSES).mkdir()
+    key = KeyPair.generate(steward)
+    write_key_file(folder / KEY, key)
+    write_key_file(folder / PUBLIC_KEY, key.public())
+    write_config(folder / CONFIG, steward, EXAMPLE_TREE)
+    create(folder / LEDGER).close()
+
+
+def _init(args: argparse.Namespace) -> int:
+    folder = Path(args.dir)
+    init_deployment(folder, args.steward)
+    result = {"dir": str(folder), "steward": args.steward}
+
+    def human(c: Console) -> None:
+        c.print(f"created deployment {folder}: steward {args.steward!r}, an empty ledger,")
+        c.print(f"and an example tree in {folder / 'pool.toml'} (edit it, then use `pool admit`).")
+
+    emit(args, result, human)
+    return 0
+
+
+def _energy(uj_value: int, grade: str) -> Any:
+    from joulepool.grade import Energy, Grade
+
+    return Energy(uj_value, Grade.parse(grade, "--grade"))
+
+
+def _admit(args: argparse.Namespace) -> int:
+    from joulepool.claim import Claim
+    from joulepool.errors import InvalidInput
+    from joulepool.estimate import Derived
+    from joulepool.explain import explain
+
+    pool = _open(args)
+    try:
+        if args.earned:
+            derived = pool.estimate(args.class_, args.entitlement)
+            if not isinstance(derived, Derived):
+                raise InvalidInput(
+                    "--earned",
+                    f"no estimate earned for class {args.class_!r}: {derived.reason.value} "
+                    f"({derived.observations} observations, {derived.evidence} evidence)",
+                )
+            estimate = derived.estimate
+        else:
+            if args.estimate_uj is None:
+                raise InvalidInput("--estimate-uj", "give an estimate, or --earned with --class")
+            estimate = _energy(args.estimate_uj, args.grade)
+        claim = Claim(
+            args.id,
+            args.entitlement,
+            args.gang_size,
+            args.devices_per_member,
+            estimate,
+            args.class_,
+        )
+        decision = pool.submit(claim)
+    finally:
+        pool.close()
+    result = {"claim": claim.id, **decision.verdict.to_json()}
+    if decision.seq is not None:
+        result["seq"] = decision.seq
+    emit(args, result, lambda c: c.print(f"{claim.id}: {explain(decision.verdict)}"))
+    return EXIT_BY_VERDICT[decision.verdict.verdict]
+
+
+def _release(args: argparse.Namespace) -> int:
+    pool = _open(args)
+    try:
+        rel = pool.release(args.claim, _energy(args.actual_uj, args.grade))
+    finally:
+        pool.close()
+    result = {"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()}
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"{rel.claim}: released at entry {rel.seq}; charged {rel.charged.uj:,} µJ "
+            f"({rel.charged.grade.value}) in place of its reservation"
+        ),
+    )
+    return 0
+
+
+def usage_rows(pool: Pool) -> list[dict[str, Any]]:
+    """Every entitlement's guarantees and usage (API.md figures)."""
+    rows = []
+    for ent in pool.tree:
+        fig = pool.usage_of(ent.id)
+        rows.append(
+            {
+                **ent.to_json(),
+                "usage": {
+                    "spent_uj": fig.spent_uj,
+                    "reserved_uj": fig.reserved_uj,
+                    "borrowed_uj": fig.borrowed_uj(ent.guarantee_uj),
+                    "held_devices": fig.held_devices,
+                    "running_claims": fig.running_claims,
+                },
+            }
+        )
+    return rows
+
+
+def _usage(args: argparse.Namespace) -> int:
+    pool = _open(args)
+    try:
+        rows = usage_rows(pool)
+        length = pool.length
+    finally:
+        pool.close()
+
+    def human(c: Console) -> None:
+        c.print(
+            table(
+                f"usage at ledger length {length}",
+                ["entitlement", "guarantee", "spent", "reserved", "borrowed", "devices", "running"],
+                [
+                    [
+                        r["id"],
+                        uj(r["guarantee_uj"]),
+                        uj(r["usage"]["spent_uj"]),
+                        uj(r["usage"]["reserved_uj"]),
+                        uj(r["usage"]["borrowed_uj"]),
+                        f"{r['usage']['held_devices']}/{r['guarantee_devices']}",
+                        r["usage"]["running_claims"],
+                    ]
+                    for r in rows
+                ],
+                right=["guarantee", "spent", "reserved", "borrowed", "devices", "running"],
+            )
+        )
+
+    emit(args, {"length": length, "entitlements": rows}, human)
+    return 0
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    from joulepool.estimate import Derived
+
+    pool = _open(args)
+    try:
+        result = pool.estimate(args.class_, args.entitlement, args.required)
+    finally:
+        pool.close()
+
+    def human(c: Console) -> None:
+        if isinstance(result, Derived):
+            c.print(
+                f"class {args.class_!r}: estimate {result.estimate.uj:,} µJ ({result.estimate.grade.value}), "
+                f"the largest of {result.evidence} measured runs (spread {result.min_uj:,}..{result.max_uj:,} µJ; "
+                f"{result.observations} observations in all)"
+            )
+        else:
+            hint = (
+                "it needs a meter"
+                if result.observations > result.evidence
+                else "it needs more runs"
+            )
+            c.print(
+                f"class {args.class_!r}: no estimate ({result.reason.value}): {result.observations} "
+                f"observations, {result.evidence} of them evidence; {hint}"
+            )
+
+    emit(args, result.to_json(), human)
+    return 0 if isinstance(result, Derived) else 3
+
+
+def _read_json(source: str) -> Any:
+    from joulepool.errors import InvalidInput
+    from joulepool.jsonio import loads_strict
+
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(source, f"cannot read: {exc.strerror}") from None
+    return loads_strict(data)
+
+
+def _run_op(case: dict[str, Any]) -> dict[str, Any]:
+    from joulepool.errors import InvalidInput
+    from joulepool.execute import run_case
+
+    result = run_case(case)
+    if "error" in result:
+        raise InvalidInput(case["op"], str(result.get("detail", result["error"])))
+    return result
+
+
+def _preempt(args: argparse.Namespace) -> int:
+    result = _run_op({"op": "preemption_order", "workloads": _read_json(args.workloads)})
+
+    def human(c: Console) -> None:
+        c.print(
+            table(
+                "preemption order (§5.2): evidence first, most expensive first; then unmeasured, lowest priority first",
+                ["#", "workload", "realised cost (µJ per unit)"],
+                [
+                    [i + 1, k, result["costs"][k] or "undefined (nothing completed)"]
+                    for i, k in enumerate(result["order"])
+                ],
+            )
+        )
+
+    emit(args, result, human)
+    return 0
+
+
+def _idle(args: argparse.Namespace) -> int:
+    policy: dict[str, int] = {}
+    if args.dir is not None:
+        from joulepool.deployment import CONFIG, read_config
+
+        configured = read_config(Path(args.dir) / CONFIG).idle
+        if configured.window_us is not None:
+            policy["window_us"] = configured.window_us
+        if configured.threshold_uw is not None:
+            policy["threshold_uw"] = configured.threshold_uw
+    if args.window_us is not None:
+        policy["window_us"] = args.window_us
+    if args.threshold_uw is not None:
+        policy["threshold_uw"] = args.threshold_uw
+    result = _run_op({"op": "idle", "policy": policy, "workloads": _read_json(args.workloads)})
+
+    def human(c: Console) -> None:
+        rows = [
+            [
+                k,
+                v["verdict"],
+                v.get("reason"),
+                "-" if v["mean_uw"] is None else f"{v['mean_uw']:,} µW",
+            ]
+            for k, v in sorted(result["verdicts"].items())
+        ]
+        c.print(
+            table("idle verdicts (§2.7)", ["workload", "verdict", "reason", "mean power"], rows)
+        )
+        order = ", ".join(result["order"]) or "nothing (only an idle verdict permits reclamation)"
+        c.print(f"reclamation order: {order}")
+
+    emit(args, result, human)
+    return 0
+
+
+def _attribute(args: argparse.Namespace) -> int:
+    from joulepool.errors import InvalidInput
+
+    occupants: dict[str, int] = {}
+    for item in args.occupant:
+        name, sep, weight = item.partition("=")
+        if not sep or not weight.isdigit():
+            raise InvalidInput("--occupant", f"{item!r} is not ID=WEIGHT with an integer weight")
+        occupants[name] = int(weight)
+    result = _run_op(
+        {
+            "op": "attribute",
+            "total": {"uj": args.total_uj, "grade": args.grade},
+            "occupants": occupants,
+        }
+    )
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            table(
+                f"{args.total_uj:,} µJ ({args.grade}) divided (§2.5)",
+                ["occupant", "weight", "share", "grade"],
+                [[k, occupants[k], uj(v["uj"]), v["grade"]] for k, v in result["shares"].items()],
+                right=["weight", "share"],
+            )
+        ),
+    )
+    return 0
+
+
+def _uint(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the deployment commands."""
+    p = sub.add_parser("init", help="create a deployment folder: key, example tree, empty ledger")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument(
+        "--steward", default="steward", help="the steward's identifier (default: steward)"
+    )
+    add_json(p)
+    p.set_defaults(handler=_init)
+
+    p = sub.add_parser(
+        "admit", help="submit a claim; on admit its entry is on disk before the answer"
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--id", required=True, help="the claim's id (never reused)")
+    p.add_argument("--entitlement", required=True)
+    p.add_argument("--gang-size", type=_uint, default=1)
+    p.add_argument("--devices-per-member", type=_uint, default=1)
+    p.add_argument("--estimate-uj", type=_uint, help="the gang's total energy estimate, µJ")
+    p.add_argument(
+        "--grade", choices=GRADES, default="Estimator", help="the estimate's grade (Estimator)"
+    )
+    p.add_argument("--class", dest="class_", help="the claim's class, recorded for §2.6 history")
+    p.add_argument(
+        "--earned", action="store_true", help="use the estimate this class earned from the ledger"
+    )
+    add_json(p)
+    p.set_defaults(handler=_admit)
+
+    p = sub.add_parser("release", help="record a claim's end, charging its actual energy")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("claim", metavar="CLAIM")
+    p.add_argument("--actual-uj", type=_uint, required=True)
+    p.add_argument(
+        "--grade", choices=GRADES, required=True, help="the grade of the meter that read it"
+    )
+    add_json(p)
+    p.set_defaults(handler=_release)
+
+    p = sub.add_parser(
+        "usage", help="each entitlement's guarantee, spent, reserved, borrowed, devices"
+    )
+    p.add_argument("dir", metavar="DIR")
+    add_json(p)
+    p.set_defaults(handler=_usage)
+
+    p = sub.add_parser(
+        "estimate", help="the estimate a class earned from the ledger's history (§2.6)"
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("class_", metavar="CLASS")
+    p.add_argument("--entitlement", help="only this entitlement's history")
+    p.add_argument("--required", type=_uint, help="evidence required (the deployment's, default 3)")
+    add_json(p)
+    p.set_defaults(handler=_estimate)
+
+    p = sub.add_parser("preempt", help="the preemption order of workloads (§5)")
+    p.add_argument(
+        "--workloads",
+        required=True,
+        metavar="FILE",
+        help='JSON list of {"key", "spent_uj", "completed_units", "priority"}; - for stdin',
+    )
+    add_json(p)
+    p.set_defaults(handler=_preempt)
+
+    p = sub.add_parser("idle", help="idle verdicts and the reclamation order (§2.7)")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="a deployment whose idle policy to use")
+    p.add_argument(
+        "--workloads",
+        required=True,
+        metavar="FILE",
+        help='JSON list of {"key", "held_devices", "observed_us", "energy"}; - for stdin',
+    )
+    p.add_argument("--window-us", type=_uint)
+    p.add_argument("--threshold-uw", type=_uint)
+    add_json(p)
+    p.set_defaults(handler=_idle)
+
+    p = sub.add_parser("attribute", help="divide a device's energy among its occupants (§2.5)")
+    p.add_argument("--total-uj", type=_uint, required=True)
+    p.add_argument("--grade", choices=GRADES, required=True)
+    p.add_argument("--occupant", action="append", default=[], metavar="ID=WEIGHT")
+    add_json(p)
+    p.set_defaults(handler=_attribute)

@@ -1,0 +1,137 @@
+"""A deployment folder: the entitlement tree, the steward's key, the ledger (DESIGN.md §5).
+
+    DIR/pool.toml        steward id, idle policy, the tree ([[entitlement]] tables)
+    DIR/steward.key      the steward's COSE_Key, secret, mode 0600
+    DIR/steward.pub      its public half, for anyone who verifies the ledger
+    DIR/ledger.cbor      the ledger file (the entries as a CBOR sequence)
+    DIR/witnesses/       witness receipts that verified, with the witnesses' public keys
+    DIR/tokens.toml      bearer-token hashes for `pool serve`
+
+Reading the configuration is strict: an unknown key, a float, a negative figure or a broken
+tree is refused naming the file, the node and the field, and nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from joulepool.checks import check_figure, check_text
+from joulepool.errors import InvalidInput, InvalidTree
+from joulepool.idle import IdlePolicy
+from joulepool.tree import Entitlement, Tree
+
+CONFIG = "pool.toml"
+KEY = "steward.key"
+PUBLIC_KEY = "steward.pub"
+LEDGER = "ledger.cbor"
+WITNESSES = "witnesses"
+TOKENS = "tokens.toml"
+
+_TOP_KEYS = {"pool", "idle", "entitlement"}
+_POOL_KEYS = {"steward", "required_evidence"}
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """What `pool.toml` says: who the steward is, the idle policy and the tree."""
+
+    steward: str
+    tree: Tree
+    idle: IdlePolicy
+    required_evidence: int
+
+
+def read_config(path: Path) -> Config:
+    """Read and validate `pool.toml`; every refusal names the file (and node and field)."""
+    where = str(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInput(where, "no such configuration file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(where, f"not valid TOML: {exc}") from None
+    return parse_config(doc, where)
+
+
+def parse_config(doc: Mapping[str, Any], where: str) -> Config:
+    """Validate a parsed `pool.toml` document (see `read_config`)."""
+    extra = sorted(set(doc) - _TOP_KEYS)
+    if extra:
+        raise InvalidInput(f"{where}: {extra[0]}", "unknown table or key")
+    pool = doc.get("pool", {})
+    if not isinstance(pool, Mapping):
+        raise InvalidInput(f"{where}: pool", "must be a table")
+    extra = sorted(set(pool) - _POOL_KEYS)
+    if extra:
+        raise InvalidInput(f"{where}: pool.{extra[0]}", "unknown key")
+    if "steward" not in pool:
+        raise InvalidInput(f"{where}: pool.steward", "missing: the steward's identifier (kid)")
+    steward = check_text(pool["steward"], f"{where}: pool.steward")
+    required = check_figure(pool.get("required_evidence", 3), f"{where}: pool.required_evidence")
+    idle = doc.get("idle", {})
+    if not isinstance(idle, Mapping) or set(idle) - {"window_us", "threshold_uw"}:
+        raise InvalidInput(f"{where}: idle", "a table of window_us and threshold_uw only")
+    policy = IdlePolicy(
+        _optional_figure(idle, "window_us", where), _optional_figure(idle, "threshold_uw", where)
+    )
+    return Config(steward, parse_tree(doc.get("entitlement"), where), policy, required)
+
+
+def _optional_figure(table: Mapping[str, Any], name: str, where: str) -> int | None:
+    if name not in table:
+        return None
+    return check_figure(table[name], f"{where}: idle.{name}")
+
+
+def parse_tree(tables: object, where: str) -> Tree:
+    """The `[[entitlement]]` tables as a validated `Tree` (§2.1), refusals naming the file."""
+    if tables is None:
+        tables = []
+    if not isinstance(tables, list):
+        raise InvalidInput(f"{where}: entitlement", "must be an array of tables ([[entitlement]])")
+    try:
+        return Tree(Entitlement.from_json(t, f"entitlement[{i}]") for i, t in enumerate(tables))
+    except InvalidTree as exc:
+        raise exc.in_file(where) from None
+
+
+def tree_to_toml(tree: Tree) -> str:
+    """The `[[entitlement]]` tables of `tree`, in tree order, as TOML text."""
+    return tomli_w.dumps({"entitlement": [ent.to_json() for ent in tree]})
+
+
+MJ = 1_000_000_000_000
+"""A megajoule in microjoules: about 0.7 GPU-hours at 400 W."""
+
+EXAMPLE_TREE = Tree(
+    [
+        Entitlement("research", 0, 0, 0, priority=0),
+        Entitlement("vision", 50 * MJ, 8, 3, parent="research", priority=2),
+        Entitlement("language", 30 * MJ, 4, 2, parent="research", limit_uj=60 * MJ, priority=1),
+        Entitlement("robotics", 20 * MJ, 4, 1, parent="research", priority=0),
+    ]
+)
+"""`pool init`'s tree: a department and three teams with mixed weights and one limit."""
+
+
+def write_config(path: Path, steward: str, tree: Tree, idle: IdlePolicy | None = None) -> None:
+    """Write `pool.toml`, refusing to overwrite one."""
+    doc: dict[str, Any] = {"pool": {"steward": steward, "required_evidence": 3}}
+    if idle is not None and idle.configured:
+        doc["idle"] = {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw}
+    text = (
+        "# pool/1 deployment: the steward, the idle policy and the entitlement tree.\n"
+        "# Figures are integers: microjoules (_uj), microseconds (_us), microwatts (_uw).\n"
+        "# With no [idle] table the idle policy is unconfigured and reclaims nothing (§2.7).\n"
+        + tomli_w.dumps(doc)
+        + "\n"
+        + tree_to_toml(tree)
+    )
+    with path.open("x", encoding="utf-8") as fh:
+        fh.write(text)

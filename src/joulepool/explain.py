@@ -1,0 +1,62 @@
+"""Verdicts and refusals in plain words, for people reading a terminal (standard §4.5).
+
+The reason codes are the contract; these sentences are for the person who submitted the
+claim, saying what was wrong and what would change the answer.
+"""
+
+from __future__ import annotations
+
+from joulepool.admission import Admit, DenyReason, QueueReason, Verdict
+
+_DENY = {
+    DenyReason.unknown_entitlement: ("the pool holds no entitlement of that name"),
+    DenyReason.empty_gang: ("a gang of no members, or of members with no devices, claims nothing"),
+    DenyReason.devices_exceed_guarantee: (
+        "it asks for more devices than the entitlement is ever guaranteed; devices never borrow"
+    ),
+    DenyReason.energy_exceeds_limit: ("its estimate exceeds the entitlement's hard limit"),
+    DenyReason.unobserved_cannot_borrow: (
+        "its estimate is a guess (Estimator) larger than the whole guarantee, and a "
+        "guess may never borrow; measure the work to earn an observed estimate"
+    ),
+    DenyReason.weight_zero_cannot_borrow: (
+        "its estimate is larger than the whole guarantee and the entitlement has no "
+        "over-quota weight to borrow with"
+    ),
+    DenyReason.exceeds_weighted_share: (
+        "even with every sibling's guarantee unspent, the part it must borrow exceeds "
+        "its weighted share"
+    ),
+}
+
+_QUEUE = {
+    QueueReason.devices_held: (
+        "the entitlement's devices are held by running claims; it fits once some are released"
+    ),
+    QueueReason.guarantee_exhausted_may_not_borrow: (
+        "the guarantee is spent and this estimate may not borrow (a guess, or no "
+        "over-quota weight); it fits after a release"
+    ),
+    QueueReason.limit_reached: ("admitting it now would pass the entitlement's hard limit"),
+    QueueReason.surplus_insufficient: (
+        "the siblings' unspent surplus, or this entitlement's weighted share of it, is "
+        "too small right now"
+    ),
+}
+
+
+def explain(verdict: Verdict) -> str:
+    """One sentence saying what a verdict means for the claim (§4.5, §4.6)."""
+    if isinstance(verdict, Admit):
+        borrowed = (
+            f", {verdict.borrowed_uj:,} µJ of it borrowed from siblings' surplus"
+            if verdict.borrowed_uj
+            else ", all inside its own guarantee"
+        )
+        return (
+            f"admitted: {verdict.reserved.uj:,} µJ reserved at grade {verdict.reserved.grade.value}"
+            f"{borrowed}, {verdict.devices} device(s) held"
+        )
+    if verdict.verdict == "queue":
+        return f"queued ({verdict.reason.value}): {_QUEUE[verdict.reason]}"
+    return f"denied ({verdict.reason.value}): {_DENY[verdict.reason]}"

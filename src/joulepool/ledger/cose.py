@@ -1,0 +1,290 @@
+"""COSE_Sign1 exactly as pool/1 JCR-1 lays it out (RFC 9052 §4.2, DESIGN.md §4).
+
+    envelope  = tag 18 [ protected: bstr .cbor {1: -8, 4: kid}, unprotected: {},
+                         payload: bstr .cbor core, signature: bstr .size 64 ]
+    signature = Ed25519 over det-CBOR ["Signature1", protected, h'', payload]
+
+The envelope has one fixed shape, so its bytes are built and checked directly rather than
+through a general encoder: what arrives must be byte for byte what this module would
+write for the same parts (§6.6). The core inside is checked by the det-CBOR decoder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import cbor2
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
+
+from joulepool.ledger.cbor import (
+    MALFORMED,
+    NON_CANONICAL,
+    CborRefused,
+    decode_strict,
+    decode_wellformed,
+    encode,
+)
+
+COSE_SIGN1_TAG: Final = 18
+ALG_EDDSA: Final = -8
+HEADER_ALG: Final = 1
+HEADER_KID: Final = 4
+SIGNATURE_BYTES: Final = 64
+GENESIS: Final = bytes(32)
+"""The `prev` of entry 0 and the head of an empty ledger (DESIGN.md §4)."""
+
+_SIG_CONTEXT: Final = b"\x84\x6aSignature1"  # array(4), text(10) "Signature1"
+_ENVELOPE_START: Final = b"\xd2\x84"  # tag 18, array(4)
+_EMPTY_MAP: Final = b"\xa0"
+_EMPTY_BSTR: Final = b"\x40"
+_SIG_HEADER: Final = b"\x58\x40"  # bstr of 64 bytes
+
+_protected_cache: dict[bytes, str] = {}
+_verify_keys: dict[bytes, VerifyKey] = {}
+
+
+def bstr_header(length: int) -> bytes:
+    """The shortest CBOR byte-string header for `length` bytes (RFC 8949 §4.2.1)."""
+    if length < 24:
+        return bytes((0x40 | length,))
+    if length < 0x100:
+        return bytes((0x58, length))
+    if length < 0x10000:
+        return b"\x59" + length.to_bytes(2, "big")
+    if length < 0x100000000:
+        return b"\x5a" + length.to_bytes(4, "big")
+    return b"\x5b" + length.to_bytes(8, "big")
+
+
+def protected_header(kid: str) -> bytes:
+    """det-CBOR `{1: -8, 4: kid}`: alg EdDSA and the signer's identifier (DESIGN.md §4)."""
+    return encode({HEADER_ALG: ALG_EDDSA, HEADER_KID: kid.encode("utf-8")})
+
+
+_sig_prefixes: dict[bytes, bytes] = {}
+
+
+def sig_structure(protected: bytes, payload: bytes) -> bytes:
+    """det-CBOR `["Signature1", protected, h'', payload]`, the bytes signed (RFC 9052 §4.4)."""
+    # Every entry of a ledger shares its protected header, so its prefix is built once.
+    prefix = _sig_prefixes.get(protected)
+    if prefix is None:
+        prefix = _SIG_CONTEXT + bstr_header(len(protected)) + protected + _EMPTY_BSTR
+        if len(_sig_prefixes) < 256:
+            _sig_prefixes[protected] = prefix
+    return prefix + bstr_header(len(payload)) + payload
+
+
+def envelope_bytes(protected: bytes, payload: bytes, signature: bytes) -> bytes:
+    """The det-CBOR COSE_Sign1 of these parts, with an empty unprotected map (DESIGN.md §4)."""
+    return (
+        _ENVELOPE_START
+        + bstr_header(len(protected))
+        + protected
+        + _EMPTY_MAP
+        + bstr_header(len(payload))
+        + payload
+        + _SIG_HEADER
+        + signature
+    )
+
+
+def seal(core: Mapping[str, object], kid: str, signing_key: SigningKey) -> bytes:
+    """Seal `core` as a COSE_Sign1 signed by `signing_key` under `kid` (§6.5)."""
+    protected = protected_header(kid)
+    payload = encode(core)
+    signature = signing_key.sign(sig_structure(protected, payload)).signature
+    return envelope_bytes(protected, payload, signature)
+
+
+def content_address(raw: bytes) -> bytes:
+    """SHA-256 of an entry's complete envelope bytes (DESIGN.md §4)."""
+    return hashlib.sha256(raw).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """An opened COSE_Sign1: its parts and its decoded core; the signature not yet checked."""
+
+    raw: bytes
+    protected: bytes
+    kid: str
+    payload: bytes
+    signature: bytes
+    core: dict[str, Any]
+
+
+def _kid_of(protected: bytes) -> tuple[str, bool]:
+    """The kid of a protected header and whether the header is canonical; malformed raises."""
+    cached = _protected_cache.get(protected)
+    if cached is not None:
+        return cached, True
+    try:
+        header = decode_wellformed(protected)
+    except CborRefused:
+        raise CborRefused(MALFORMED, "the protected header is not a CBOR item") from None
+    if (
+        not isinstance(header, dict)
+        or set(header) != {HEADER_ALG, HEADER_KID}
+        or header[HEADER_ALG] != ALG_EDDSA
+        or type(header[HEADER_ALG]) is not int
+        or not isinstance(header[HEADER_KID], bytes)
+    ):
+        raise CborRefused(MALFORMED, "the protected header is not {1: -8 (EdDSA), 4: kid}")
+    try:
+        kid = header[HEADER_KID].decode("utf-8")
+    except UnicodeDecodeError:
+        raise CborRefused(MALFORMED, "the kid is not UTF-8") from None
+    canonical = protected == protected_header(kid)
+    if canonical and len(_protected_cache) < 256:
+        _protected_cache[protected] = kid
+    return kid, canonical
+
+
+def _bstr_at(raw: bytes, pos: int) -> tuple[bytes, int] | None:
+    """The byte string at `pos` if its header is in shortest form, with the offset after it."""
+    if pos >= len(raw):
+        return None
+    head = raw[pos]
+    if head >> 5 != 2:
+        return None
+    info = head & 31
+    if info < 24:
+        length, start = info, pos + 1
+    elif info == 24 and pos + 1 < len(raw) and raw[pos + 1] >= 24:
+        length, start = raw[pos + 1], pos + 2
+    elif info == 25 and pos + 2 < len(raw):
+        length, start = int.from_bytes(raw[pos + 1 : pos + 3], "big"), pos + 3
+        if length < 0x100:
+            return None
+    else:
+        return None  # longer headers never occur in an entry; the slow path names them
+    end = start + length
+    if end > len(raw):
+        return None
+    return raw[start:end], end
+
+
+def _canonical_parts(raw: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """Protected header, payload and signature of an envelope already in det-CBOR form.
+
+    The common case, read straight off the bytes: every header is checked to be in
+    shortest form on the way, so success means the envelope re-encodes to itself.
+    """
+    if raw[:2] != _ENVELOPE_START:
+        return None
+    first = _bstr_at(raw, 2)
+    if first is None or first[1] >= len(raw) or raw[first[1]] != 0xA0:
+        return None
+    second = _bstr_at(raw, first[1] + 1)
+    if second is None:
+        return None
+    pos = second[1]
+    if raw[pos : pos + 2] != _SIG_HEADER or pos + 2 + SIGNATURE_BYTES != len(raw):
+        return None
+    return first[0], second[0], raw[pos + 2 :]
+
+
+# Key tuples of cores already found in det-CBOR order: ledgers repeat a few shapes.
+_ordered_core_keys: set[tuple[str, ...]] = set()
+
+
+def _core(payload: bytes) -> dict[str, Any] | None:
+    """The core, when it is plainly det-CBOR: a flat map of int, text and bytes in key order."""
+    try:
+        core = cbor2.loads(payload)
+    except Exception:
+        return None
+    if type(core) is not dict or tuple(core) not in _ordered_core_keys:
+        return None
+    for value in core.values():
+        kind = type(value)
+        if kind is not int and kind is not str and kind is not bytes:
+            return None
+    if cbor2.dumps(core) != payload:
+        return None
+    return core
+
+
+def open_envelope(raw: bytes) -> Envelope:
+    """Decode a COSE_Sign1 and check it is canonical, in DESIGN.md §4's order (§6.5, §6.6).
+
+    Raises `CborRefused("malformed")` where the bytes are not a pool/1 COSE_Sign1 whose
+    payload is a CBOR map, then `CborRefused("non_canonical")` where the envelope or the
+    core does not re-encode to the bytes it came as.
+    """
+    parts = _canonical_parts(raw)
+    if parts is not None:
+        protected, payload, signature = parts
+        kid = _protected_cache.get(protected)
+        core = _core(payload)
+        if kid is not None and core is not None:
+            return Envelope(raw, protected, kid, payload, signature, core)
+    return _open_thoroughly(raw)
+
+
+def _open_thoroughly(raw: bytes) -> Envelope:
+    """The reference path: decodes everything, and names the first refusal exactly."""
+    try:
+        item = cbor2.loads(raw)
+    except Exception:
+        decode_wellformed(raw)  # names the refusal; raises CborRefused("malformed")
+        raise CborRefused(MALFORMED, "not a CBOR item") from None
+    if not isinstance(item, cbor2.CBORTag) or item.tag != COSE_SIGN1_TAG:
+        raise CborRefused(MALFORMED, "not a COSE_Sign1 (tag 18)")
+    parts = item.value
+    # cbor2 decodes a tag's content immutably: the array as a tuple, a map as a frozendict.
+    if not isinstance(parts, list | tuple) or len(parts) != 4:
+        raise CborRefused(MALFORMED, "a COSE_Sign1 is an array of four")
+    protected, unprotected, payload, signature = parts
+    if not (
+        isinstance(protected, bytes) and isinstance(payload, bytes) and isinstance(signature, bytes)
+    ):
+        raise CborRefused(MALFORMED, "protected, payload and signature must be byte strings")
+    if not isinstance(unprotected, Mapping) or unprotected:
+        raise CborRefused(MALFORMED, "the unprotected header must be an empty map")
+    if len(signature) != SIGNATURE_BYTES:
+        raise CborRefused(MALFORMED, f"an Ed25519 signature is 64 bytes, not {len(signature)}")
+    kid, protected_canonical = _kid_of(protected)
+    try:
+        core = decode_strict(payload)
+        core_problem = None
+    except CborRefused as exc:
+        if exc.error == MALFORMED:
+            raise CborRefused(MALFORMED, f"the payload: {exc.detail}") from None
+        core = decode_wellformed(payload)
+        core_problem = exc.detail
+    if not isinstance(core, dict):
+        raise CborRefused(MALFORMED, "the payload is not a CBOR map")
+    expected = envelope_bytes(protected, payload, signature)
+    if raw != expected:
+        if len(raw) > len(expected) and raw.startswith(expected):
+            raise CborRefused(MALFORMED, f"{len(raw) - len(expected)} bytes follow the envelope")
+        raise CborRefused(NON_CANONICAL, "the envelope is not in det-CBOR form")
+    if not protected_canonical:
+        raise CborRefused(NON_CANONICAL, "the protected header is not in det-CBOR form")
+    if core_problem is not None:
+        raise CborRefused(NON_CANONICAL, f"the core: {core_problem}")
+    if len(_ordered_core_keys) < 256 and all(type(k) is str for k in core):
+        _ordered_core_keys.add(tuple(core))
+    return Envelope(raw, protected, kid, payload, signature, core)
+
+
+def verify_signature(env: Envelope, public_key: bytes) -> bool:
+    """Whether the Ed25519 signature verifies under `public_key` (RFC 9052 §4.4)."""
+    key = _verify_keys.get(public_key)
+    if key is None:
+        if len(public_key) != 32:
+            return False
+        key = VerifyKey(public_key)
+        if len(_verify_keys) < 64:
+            _verify_keys[public_key] = key
+    try:
+        key.verify(sig_structure(env.protected, env.payload), env.signature)
+    except BadSignatureError:
+        return False
+    return True

@@ -1,0 +1,109 @@
+"""The core of a pool/1 JCR-1 receipt: an event's fields as a det-CBOR map (DESIGN.md §4).
+
+Reading and writing the core sit side by side here, so the wire form of an event is
+defined in one place. Every entry carries `pool_receipt`, `seq`, `prev`, `steward`, `at_ms`
+and `event`; an optional field is absent, never null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from joulepool.errors import InvalidInput
+from joulepool.events import Admitted, Event, Released
+from joulepool.grade import Energy, Grade
+
+PROFILE_VERSION = 1
+_COMMON = frozenset({"pool_receipt", "seq", "prev", "steward", "at_ms", "event"})
+_ADMITTED = _COMMON | {
+    "claim",
+    "entitlement",
+    "gang_size",
+    "devices_per_member",
+    "reserved_uj",
+    "grade",
+    "borrowed_uj",
+}
+_ADMITTED_ALLOWED = _ADMITTED | {"class"}
+_RELEASED = _COMMON | {"claim", "actual_uj", "grade"}
+
+
+_GRADES = {g.value: g for g in Grade}
+
+
+class EntryMalformed(ValueError):
+    """A core whose fields are not the event's, or not well typed (DESIGN.md §4 `malformed`)."""
+
+
+def core_of(event: Event, seq: int, prev: bytes, steward: str) -> dict[str, object]:
+    """The core map of `event` sealed at index `seq` after head `prev` (DESIGN.md §4)."""
+    core: dict[str, object] = {
+        "pool_receipt": PROFILE_VERSION,
+        "seq": seq,
+        "prev": prev,
+        "steward": steward,
+        "at_ms": event.at_ms,
+    }
+    if isinstance(event, Admitted):
+        core |= {
+            "event": "admitted",
+            "claim": event.claim,
+            "entitlement": event.entitlement,
+            "gang_size": event.gang_size,
+            "devices_per_member": event.devices_per_member,
+            "reserved_uj": event.reserved.uj,
+            "grade": event.reserved.grade.value,
+            "borrowed_uj": event.borrowed_uj,
+        }
+        if event.class_ is not None:
+            core["class"] = event.class_
+    else:
+        core |= {
+            "event": "released",
+            "claim": event.claim,
+            "actual_uj": event.actual.uj,
+            "grade": event.actual.grade.value,
+        }
+    return core
+
+
+def event_of(core: Mapping[str, Any], steward: str) -> Event:
+    """The event a verified core records; `EntryMalformed` if its fields are not the event's.
+
+    `seq` and `prev` are checked by the chain before this is asked (DESIGN.md §4).
+    """
+    if core.get("pool_receipt") != PROFILE_VERSION or type(core.get("pool_receipt")) is not int:
+        raise EntryMalformed(f"pool_receipt must be {PROFILE_VERSION}")
+    if core.get("steward") != steward:
+        raise EntryMalformed(f"steward {core.get('steward')!r} is not this ledger's {steward!r}")
+    kind = core.get("event")
+    if kind == "admitted":
+        allowed, required = _ADMITTED_ALLOWED, _ADMITTED
+    elif kind == "released":
+        allowed, required = _RELEASED, _RELEASED
+    else:
+        raise EntryMalformed(f"event {kind!r} is neither 'admitted' nor 'released'")
+    keys = core.keys()
+    if not required <= keys or not keys <= allowed:
+        unknown, missing = sorted(keys - allowed), sorted(required - keys)
+        raise EntryMalformed(f"a {kind} entry: unknown field(s) {unknown}, missing {missing}")
+    grade = core["grade"]
+    if grade not in _GRADES:
+        raise EntryMalformed(f"grade {grade!r} is not a pool/1 grade")
+    # The events validate their own fields (types, signs, shapes): one check, one place.
+    try:
+        if kind == "released":
+            return Released(core["claim"], Energy(core["actual_uj"], _GRADES[grade]), core["at_ms"])
+        return Admitted(
+            claim=core["claim"],
+            entitlement=core["entitlement"],
+            gang_size=core["gang_size"],
+            devices_per_member=core["devices_per_member"],
+            reserved=Energy(core["reserved_uj"], _GRADES[grade]),
+            borrowed_uj=core["borrowed_uj"],
+            at_ms=core["at_ms"],
+            class_=core.get("class"),
+        )
+    except InvalidInput as exc:
+        raise EntryMalformed(f"a {kind} entry: {exc}") from None

@@ -1,0 +1,165 @@
+"""The one fold from events to usage, shared by replay and by a live pool (§6.1, §6.2, §6.4).
+
+Admitted reserves the estimate and holds the devices; Released replaces the reservation by
+the actual figure (`spent += actual - reserved`) and frees the devices. A stream that admits
+a claim id twice, or releases a claim never admitted or already released, is a history
+that did not happen: it is refused at its index, never folded as a shorter one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from joulepool.errors import LedgerRefused
+from joulepool.estimate import Observation
+from joulepool.events import Admitted, Event, Released
+from joulepool.grade import Energy, Grade
+from joulepool.tree import Tree, Usage
+
+INCONSISTENT = "inconsistent_stream"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenClaim:
+    """A running claim: its admission and the ledger index it was admitted at (§6.2)."""
+
+    admitted: Admitted
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedClaim:
+    """Where a released claim's two entries stand in the ledger."""
+
+    admitted_seq: int
+    released_seq: int
+
+
+class LedgerState:
+    """Usage, open claims and history, as folded from a ledger's events in order (§6.1)."""
+
+    __slots__ = ("_closed", "_history", "_journal", "_length", "_open", "usage")
+
+    def __init__(self, tree: Tree) -> None:
+        self.usage = Usage(tree)
+        self._open: dict[str, OpenClaim] = {}
+        self._closed: dict[str, ClosedClaim] = {}
+        # class -> [(entitlement, actual uj, actual grade)], kept as plain tuples to stay small.
+        self._history: dict[str, list[tuple[str, int, Grade]]] = {}
+        self._length = 0
+        self._journal: list[tuple[Event, OpenClaim | None]] | None = None
+
+    @property
+    def length(self) -> int:
+        """How many events have been folded: the next entry's index."""
+        return self._length
+
+    def refusal(self, event: Event) -> str | None:
+        """Why `event` would be inconsistent after what was folded, or None (§6.4)."""
+        if isinstance(event, Admitted):
+            if event.claim in self._open:
+                return f"claim {event.claim!r} is already admitted and running"
+            if event.claim in self._closed:
+                return f"claim {event.claim!r} was admitted and released before"
+            return None
+        if event.claim in self._closed:
+            return f"claim {event.claim!r} was released already"
+        if event.claim not in self._open:
+            return f"claim {event.claim!r} was never admitted"
+        return None
+
+    def apply(self, event: Event) -> None:
+        """Fold one event at index `length`, refusing an inconsistent one there (§6.2, §6.4)."""
+        why = self.refusal(event)
+        if why is not None:
+            raise LedgerRefused(self._length, INCONSISTENT, why)
+        seq = self._length
+        running = None
+        if isinstance(event, Admitted):
+            self._open[event.claim] = OpenClaim(event, seq)
+            self._move(event, +1)
+        else:
+            running = self._release(event, seq)
+        if self._journal is not None:
+            self._journal.append((event, running))
+        self._length = seq + 1
+
+    def _move(self, adm: Admitted, sign: int, *, spent: bool = True) -> None:
+        # A running claim's reservation counts as spent, reserved and held (API.md).
+        self.usage.move(
+            adm.entitlement,
+            spent_uj=sign * adm.reserved.uj if spent else 0,
+            reserved_uj=sign * adm.reserved.uj,
+            held_devices=sign * adm.devices,
+            running_claims=sign,
+        )
+
+    def _release(self, event: Released, seq: int) -> OpenClaim:
+        running = self._open.pop(event.claim)
+        adm = running.admitted
+        # The actual figure replaces the reservation; it is not added to it (§6.2).
+        self.usage.move(adm.entitlement, spent_uj=event.actual.uj - adm.reserved.uj)
+        self._move(adm, -1, spent=False)
+        self._closed[event.claim] = ClosedClaim(running.seq, seq)
+        if adm.class_ is not None:
+            self._history.setdefault(adm.class_, []).append(
+                (adm.entitlement, event.actual.uj, event.actual.grade)
+            )
+        return running
+
+    def begin(self) -> None:
+        """Start a batch whose events can all be taken back, for an append that may fail."""
+        self._journal = []
+
+    def commit(self) -> None:
+        """The batch is durable: forget how to take it back."""
+        self._journal = None
+
+    def rollback(self) -> None:
+        """Take back every event folded since `begin()`, newest first: a failed append
+        never happened, so the state must be exactly what it was before."""
+        journal, self._journal = self._journal or [], None
+        for event, running in reversed(journal):
+            self._length -= 1
+            if isinstance(event, Admitted):
+                del self._open[event.claim]
+                self._move(event, -1)
+                continue
+            assert running is not None
+            adm = running.admitted
+            del self._closed[event.claim]
+            self._open[event.claim] = running
+            self.usage.move(adm.entitlement, spent_uj=adm.reserved.uj - event.actual.uj)
+            self._move(adm, +1, spent=False)
+            if adm.class_ is not None:
+                self._history[adm.class_].pop()
+
+    def open_claim(self, claim_id: str) -> OpenClaim | None:
+        """The running claim of that id, or None."""
+        return self._open.get(claim_id)
+
+    def closed_claim(self, claim_id: str) -> ClosedClaim | None:
+        """The released claim of that id, or None."""
+        return self._closed.get(claim_id)
+
+    def knows(self, claim_id: str) -> bool:
+        """Whether the ledger ever admitted this claim id (§6.4: ids are never reused)."""
+        return claim_id in self._open or claim_id in self._closed
+
+    def open_claims(self) -> list[str]:
+        """Ids of claims still running, sorted: they keep their reservations (§6.2)."""
+        return sorted(self._open)
+
+    def running(self) -> Iterator[OpenClaim]:
+        """Every running claim, in admission order."""
+        return iter(self._open.values())
+
+    def history(self, class_: str) -> Iterator[Observation]:
+        """The released claims that declared exactly `class_`, in ledger order (§2.6)."""
+        for entitlement, uj, grade in self._history.get(class_, ()):
+            yield Observation(class_, entitlement, Energy(uj, grade))
+
+    def rebind(self, tree: Tree) -> None:
+        """Group the same figures by a reloaded tree; the ledger is unchanged (§6.1)."""
+        self.usage = self.usage.rebind(tree)

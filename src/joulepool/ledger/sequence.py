@@ -1,0 +1,111 @@
+"""Finding entry boundaries in a CBOR sequence without decoding it (RFC 8742, DESIGN.md §4).
+
+A ledger file is its entries one after another, nothing between them. To stream a large
+ledger, to tell a torn final write from a corrupt entry, and to hand whole entries to
+verifiers in other processes, the store needs each item's extent before anything decodes
+it. This scanner reads only headers, so a hostile length costs nothing to skip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INCOMPLETE = -1
+MAX_DEPTH = 16
+MAX_ENTRY_BYTES = 1 << 20
+"""No pool/1 entry comes near this; a longer item is refused rather than buffered."""
+
+
+class StructureError(ValueError):
+    """The bytes at an offset are not the start of any well-formed CBOR item."""
+
+
+def item_end(buf: bytes | memoryview, pos: int, end: int, depth: int = 0) -> int:
+    """The offset just past the CBOR item at `pos`, or INCOMPLETE if `end` cuts it short.
+
+    Raises `StructureError` for bytes that no continuation could make well formed.
+    """
+    if depth > MAX_DEPTH:
+        raise StructureError(f"nested deeper than {MAX_DEPTH}")
+    if pos >= end:
+        return INCOMPLETE
+    initial = buf[pos]
+    major = initial >> 5
+    info = initial & 31
+    pos += 1
+    if info < 24:
+        arg = info
+    elif info <= 27:
+        size = 1 << (info - 24)
+        if pos + size > end:
+            return INCOMPLETE
+        arg = int.from_bytes(buf[pos : pos + size], "big")
+        pos += size
+    elif info == 31 and major in (2, 3, 4, 5):
+        return _indefinite_end(buf, pos, end, major, depth)
+    else:
+        raise StructureError(f"reserved or misplaced additional information {info} (major {major})")
+    if major in (2, 3):
+        if arg > MAX_ENTRY_BYTES:
+            raise StructureError(f"a string of {arg} bytes is longer than any entry")
+        pos += arg
+        return pos if pos <= end else INCOMPLETE
+    if major in (4, 5):
+        count = arg if major == 4 else 2 * arg
+        if count > MAX_ENTRY_BYTES:
+            raise StructureError(f"a container of {arg} items is larger than any entry")
+        for _ in range(count):
+            pos = item_end(buf, pos, end, depth + 1)
+            if pos == INCOMPLETE:
+                return INCOMPLETE
+        return pos
+    if major == 6:
+        return item_end(buf, pos, end, depth + 1)
+    return pos
+
+
+def _indefinite_end(buf: bytes | memoryview, pos: int, end: int, major: int, depth: int) -> int:
+    items = 0
+    while True:
+        if pos >= end:
+            return INCOMPLETE
+        if buf[pos] == 0xFF:
+            if major == 5 and items % 2:
+                raise StructureError("an indefinite map ends after a key with no value")
+            return pos + 1
+        if major in (2, 3) and buf[pos] >> 5 != major:
+            raise StructureError("an indefinite string holds a chunk of another type")
+        pos = item_end(buf, pos, end, depth + 1)
+        if pos == INCOMPLETE:
+            return INCOMPLETE
+        items += 1
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What follows the last whole entry: a torn write, or bytes that are no entry at all."""
+
+    offset: int
+    length: int
+    torn: bool
+    detail: str
+
+
+def split(buf: bytes | memoryview, start: int = 0) -> tuple[list[int], Tail | None]:
+    """Start offsets of the whole items in `buf[start:]`, and the tail problem if any.
+
+    A tail that a longer write could have completed is torn; one that no write could is not.
+    """
+    end = len(buf)
+    offsets: list[int] = []
+    pos = start
+    while pos < end:
+        try:
+            nxt = item_end(buf, pos, end)
+        except StructureError as exc:
+            return offsets, Tail(pos, end - pos, False, str(exc))
+        if nxt == INCOMPLETE:
+            return offsets, Tail(pos, end - pos, True, "the final entry is incomplete")
+        offsets.append(pos)
+        pos = nxt
+    return offsets, None

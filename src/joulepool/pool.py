@@ -1,0 +1,349 @@
+"""`Pool`: the tree, the steward's key and a ledger store, as one admission controller.
+
+The stateful facade of DESIGN.md §5. It owns the one lock, the clock and the store; the
+decisions it makes are the pure `decide()` of §4 against usage that the same fold as replay
+keeps up to date, so a live pool and a replayed one cannot disagree (§6.1).
+
+Durability: an admission's entry is sealed and appended (fsynced) before its verdict is
+returned. Concurrent submissions share one append and one fsync (group commit): whoever
+holds the commit lock decides every request queued so far, in arrival order, each against
+the state its predecessors left, appends them all at once, and only then answers them. An
+append that fails is rolled back exactly, and every request in it gets the error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from joulepool.admission import Admit, Verdict, decide
+from joulepool.claim import Claim
+from joulepool.errors import ClaimError, PoolError, StoreError
+from joulepool.estimate import Declined, Derived, derive_estimate
+from joulepool.events import Admitted, Event, Released
+from joulepool.grade import Energy
+from joulepool.idle import IdlePolicy
+from joulepool.ledger.cose import GENESIS, content_address, open_envelope, seal
+from joulepool.ledger.entry import core_of, event_of
+from joulepool.ledger.fold import LedgerState
+from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.replay import replay
+from joulepool.stores.base import Store
+from joulepool.tree import EntitlementUsage, Tree
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the Unix epoch (DESIGN.md §2: `at_ms`)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict, and for an admission the ledger index of its entry (API.md)."""
+
+    claim: str
+    verdict: Verdict
+    seq: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A release recorded at `seq`, charging `charged` in place of the reservation (§6.2)."""
+
+    claim: str
+    seq: int
+    charged: Energy
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimState:
+    """Where a claim stands: running with its reservation, or released with its actual."""
+
+    claim: str
+    admitted: Admitted
+    admitted_seq: int
+    released: Released | None = None
+    released_seq: int | None = None
+
+    @property
+    def running(self) -> bool:
+        """Still holding its reservation and devices (§6.2)."""
+        return self.released is None
+
+
+class _Request:
+    __slots__ = ("actual", "claim", "claim_id", "done", "error", "result")
+
+    def __init__(self, claim: Claim | None, claim_id: str, actual: Energy | None) -> None:
+        self.claim = claim
+        self.claim_id = claim_id
+        self.actual = actual
+        self.done = False
+        self.result: Decision | Release | None = None
+        self.error: PoolError | None = None
+
+
+class Pool:
+    """An admission controller over one ledger (standard §3, §4, §6)."""
+
+    def __init__(
+        self,
+        tree: Tree,
+        key: KeyPair,
+        store: Store,
+        *,
+        idle_policy: IdlePolicy | None = None,
+        required_evidence: int = 3,
+        clock: Callable[[], int] = wall_clock_ms,
+        replay_workers: int = 1,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        if key.seed is None:
+            raise PoolError("the steward's key must include its secret to seal entries")
+        self.key = key
+        self.store = store
+        self.idle_policy = idle_policy or IdlePolicy()
+        self.required_evidence = required_evidence
+        self._clock = clock
+        self._queue: list[_Request] = []
+        self._queue_lock = threading.Lock()
+        # Readers take it too, so nobody sees an entry that is decided but not yet durable.
+        self._commit_lock = threading.RLock()
+        self.appends = 0
+        # A restart never hands a tenant its spent guarantee back (§6.1).
+        self._replayer = replay(
+            store.entries(),
+            key.kid,
+            key.public_key,
+            tree,
+            workers=replay_workers,
+            progress=progress,
+        )
+
+    # -- what the ledger says -------------------------------------------------------------
+
+    @property
+    def steward(self) -> str:
+        """The steward's identifier: the kid of every entry."""
+        return self.key.kid
+
+    @property
+    def tree(self) -> Tree:
+        """The entitlement tree in force."""
+        return self._replayer.state.usage.tree
+
+    @property
+    def state(self) -> LedgerState:
+        """The folded ledger: usage, running claims, history."""
+        return self._replayer.state
+
+    @property
+    def length(self) -> int:
+        """Entries in the ledger, all of them durable."""
+        with self._commit_lock:
+            return self._replayer.length
+
+    @property
+    def head(self) -> bytes:
+        """Content address of the last entry; the genesis sentinel when empty (DESIGN.md §4)."""
+        with self._commit_lock:
+            return self._replayer.head
+
+    def snapshot(self) -> tuple[int, bytes]:
+        """Length and head, read together."""
+        with self._commit_lock:
+            return self._replayer.length, self._replayer.head
+
+    def head_at(self, length: int) -> bytes:
+        """The ledger's head after its first `length` entries."""
+        if length == 0:
+            return GENESIS
+        return content_address(self.store.entry(length - 1))
+
+    def usage_of(self, entitlement: str) -> EntitlementUsage:
+        """One entitlement's figures: spent, reserved, held devices, running claims."""
+        with self._commit_lock:
+            return self.state.usage.of(entitlement)
+
+    def claim_state(self, claim_id: str) -> ClaimState | None:
+        """Where a claim stands, or None if the ledger never admitted it (§6.2)."""
+        with self._commit_lock:
+            return self._claim_state(claim_id)
+
+    def _claim_state(self, claim_id: str) -> ClaimState | None:
+        running = self.state.open_claim(claim_id)
+        if running is not None:
+            return ClaimState(claim_id, running.admitted, running.seq)
+        closed = self.state.closed_claim(claim_id)
+        if closed is None:
+            return None
+        admitted = self._event_at(closed.admitted_seq)
+        released = self._event_at(closed.released_seq)
+        assert isinstance(admitted, Admitted)
+        assert isinstance(released, Released)
+        return ClaimState(claim_id, admitted, closed.admitted_seq, released, closed.released_seq)
+
+    def _event_at(self, seq: int) -> Event:
+        return event_of(open_envelope(self.store.entry(seq)).core, self.steward)
+
+    def estimate(
+        self, class_: str | None, entitlement: str | None = None, required: int | None = None
+    ) -> Derived | Declined:
+        """An estimate earned from this ledger's own history of released claims (§2.6)."""
+        need = self.required_evidence if required is None else required
+        with self._commit_lock:
+            history = list(self.state.history(class_)) if class_ else []
+        return derive_estimate(history, class_, need, entitlement)
+
+    # -- what changes it ------------------------------------------------------------------
+
+    def submit(self, claim: Claim) -> Decision:
+        """Decide a claim against live usage; an Admit is on disk before it is returned (§3, §4).
+
+        Raises `ClaimError("claim_exists")` for an id the ledger admitted before (§6.4).
+        Queue and Deny write nothing.
+        """
+        return self._run(_Request(claim, claim.id, None))  # type: ignore[return-value]
+
+    def release(self, claim_id: str, actual: Energy) -> Release:
+        """Record that a claim ended, charging `actual` in place of its reservation (§6.2).
+
+        Raises `ClaimError` with `unknown_claim` or `already_released`; nothing is appended.
+        """
+        return self._run(_Request(None, claim_id, actual))  # type: ignore[return-value]
+
+    def _run(self, request: _Request) -> Decision | Release:
+        with self._queue_lock:
+            self._queue.append(request)
+        with self._commit_lock:
+            if not request.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def _commit(self, batch: list[_Request]) -> None:
+        state = self.state
+        try:
+            with self.store.writing() as writer:
+                # Another replica may have appended since this one last looked (DESIGN.md §6).
+                for raw in writer.unseen(self.length):
+                    self._replayer.feed(raw)
+                head_before = self._replayer.head
+                raws: list[bytes] = []
+                state.begin()
+                try:
+                    for req in batch:
+                        try:
+                            sealed = self._decide_one(req)
+                        except ClaimError as exc:
+                            req.error = exc
+                            continue
+                        if sealed is not None:
+                            raws.append(sealed)
+                    if raws:
+                        writer.append(raws)
+                        self.appends += 1
+                except BaseException:
+                    # The append did not happen, so nothing decided against it stands.
+                    state.rollback()
+                    self._replayer.head = head_before
+                    raise
+                state.commit()
+        except Exception as exc:
+            error = exc if isinstance(exc, PoolError) else StoreError(f"append failed: {exc!r}")
+            for req in batch:
+                req.error, req.result = error, None
+        finally:
+            for req in batch:
+                req.done = True
+
+    def _decide_one(self, req: _Request) -> bytes | None:
+        state = self.state
+        at_ms = self._clock()
+        if req.claim is not None:
+            claim = req.claim
+            if state.knows(claim.id):
+                raise ClaimError("claim_exists", f"claim {claim.id!r} was admitted before")
+            verdict = decide(self.tree, state.usage, claim)
+            if not isinstance(verdict, Admit):
+                req.result = Decision(claim.id, verdict)
+                return None
+            event: Event = Admitted(
+                claim=claim.id,
+                entitlement=claim.entitlement,
+                gang_size=claim.gang_size,
+                devices_per_member=claim.devices_per_member,
+                reserved=verdict.reserved,
+                borrowed_uj=verdict.borrowed_uj,
+                at_ms=at_ms,
+                class_=claim.class_,
+            )
+            req.result = Decision(claim.id, verdict, state.length)
+        else:
+            assert req.actual is not None
+            if state.closed_claim(req.claim_id) is not None:
+                raise ClaimError("already_released", f"claim {req.claim_id!r} was released already")
+            if state.open_claim(req.claim_id) is None:
+                raise ClaimError(
+                    "unknown_claim", f"the ledger never admitted claim {req.claim_id!r}"
+                )
+            event = Released(req.claim_id, req.actual, at_ms)
+            req.result = Release(req.claim_id, state.length, req.actual)
+        raw = seal(
+            core_of(event, state.length, self._replayer.head, self.steward),
+            self.steward,
+            self.key.signing_key,
+        )
+        self._replayer.extend(raw, event)
+        return raw
+
+    def reload(self, tree: Tree) -> None:
+        """Put a changed tree in force; the ledger and its usage are kept (§6.1)."""
+        with self._commit_lock:
+            self.state.rebind(tree)
+
+    def entries(self, start: int = 0) -> Iterator[bytes]:
+        """The ledger's entries from `start`, as stored."""
+        return self.store.entries(start)
+
+    def close(self) -> None:
+        """Release the store."""
+        self.store.close()
+
+
+def open_pool(
+    folder: Path, *, replay_workers: int = 1, progress: Callable[[int], None] | None = None
+) -> Pool:
+    """Open a deployment folder: its tree, its steward key and its ledger file (§6.1)."""
+    from joulepool.deployment import CONFIG, KEY, LEDGER, read_config
+    from joulepool.ledger.keys import load_key_file
+    from joulepool.stores.file import FileStore
+
+    config = read_config(folder / CONFIG)
+    key = load_key_file(folder / KEY, require_secret=True)
+    if key.kid != config.steward:
+        raise PoolError(
+            f"{folder / KEY}: the key's kid {key.kid!r} is not the steward {config.steward!r} "
+            f"named in {folder / CONFIG}"
+        )
+    store = FileStore(folder / LEDGER)
+    try:
+        return Pool(
+            config.tree,
+            key,
+            store,
+            idle_policy=config.idle,
+            required_evidence=config.required_evidence,
+            replay_workers=replay_workers,
+            progress=progress,
+        )
+    except BaseException:
+        store.close()
+        raise

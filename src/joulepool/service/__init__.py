@@ -1,0 +1,1 @@
+"""`pool serve`: the admission service over HTTP (API.md)."""

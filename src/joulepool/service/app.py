@@ -1,0 +1,455 @@
+"""The FastAPI application of `pool serve` (API.md).
+
+Every request but the probes carries a bearer token; a tenant acts on its own subtree only.
+Verdicts are 200 (Queue and Deny are verdicts, not errors); errors are JSON with a stable
+code; no input yields a 500. Handlers are plain functions that FastAPI runs in its thread
+pool, so concurrent submissions meet in `Pool`'s group commit and share one fsync.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from joulepool.admission import Admit
+from joulepool.claim import Claim
+from joulepool.errors import ClaimError, InvalidInput, LedgerRefused, PoolError, StoreError
+from joulepool.execute import idle_policy_from_json, run_case
+from joulepool.grade import Energy
+from joulepool.ledger.cose import open_envelope
+from joulepool.ledger.witness import Attestation
+from joulepool.pool import Pool
+from joulepool.service import models as m
+from joulepool.service.metrics import Metrics
+from joulepool.service.tokens import Principal, TokenBook
+from joulepool.witnesses import attestation, keep_receipt, load_receipts
+
+CBOR_SEQ = "application/cbor-seq"
+MAX_ENTRIES_PER_READ = 100_000
+
+
+class ApiError(Exception):
+    """An error answer: HTTP status, stable code, sentence."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
+
+
+@dataclass
+class Service:
+    """What the application serves: a pool once replay is done, the tokens, the folder."""
+
+    opener: Callable[[], Pool]
+    tokens: TokenBook
+    witnesses: Path | None = None
+    pool: Pool | None = None
+    failure: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        """Replay the ledger (§6.1); only then is the service ready."""
+        try:
+            self.pool = self.opener()
+        except PoolError as exc:
+            self.failure = str(exc)
+
+    def ready_pool(self) -> Pool:
+        """The pool, or 503 while replay runs (or after it failed)."""
+        if self.pool is None:
+            detail = self.failure or "the ledger is still being replayed"
+            raise ApiError(503, "not_ready", detail)
+        return self.pool
+
+
+_CLAIM_ERRORS = {"claim_exists": 409, "unknown_claim": 404, "already_released": 409}
+
+
+def _error(status: int, code: str, detail: str) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail}, status_code=status)
+
+
+def _pool_error(exc: PoolError) -> JSONResponse:
+    if isinstance(exc, ClaimError):
+        return _error(_CLAIM_ERRORS.get(exc.code, 409), exc.code, str(exc))
+    if isinstance(exc, InvalidInput):
+        return _error(422, "invalid_input", str(exc))
+    if isinstance(exc, StoreError | LedgerRefused):
+        return _error(503, exc.code, str(exc))
+    return _error(500, exc.code, str(exc))
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": m.ErrorOut, "description": "no token, or an unknown one"},
+    403: {"model": m.ErrorOut, "description": "the token's scope does not cover this"},
+    422: {"model": m.ErrorOut, "description": "malformed input, naming the field"},
+    503: {"model": m.ErrorOut, "description": "not ready, or the ledger store is unavailable"},
+}
+
+
+def create_app(service: Service, *, replay_in_background: bool = True) -> FastAPI:
+    """The application over `service` (API.md)."""
+    metrics = Metrics(lambda: service.pool)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if replay_in_background:
+            threading.Thread(target=service.start, name="replay", daemon=True).start()
+        else:
+            service.start()
+        yield
+        if service.pool is not None:
+            service.pool.close()
+
+    app = FastAPI(
+        title="joulepool pool/1 admission service",
+        version="1",
+        lifespan=lifespan,
+        description="Energy-accounted admission (pool/1): verdicts, releases, usage and the signed ledger.",
+    )
+    app.state.service = service
+    app.state.metrics = metrics
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_r: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.code, exc.detail)
+
+    @app.exception_handler(PoolError)
+    async def _on_pool_error(_r: Request, exc: PoolError) -> JSONResponse:
+        return _pool_error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_r: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors()[:5]:
+            loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            problems.append(f"{loc or 'body'}: {err.get('msg', 'invalid')}")
+        return _error(422, "invalid_input", "; ".join(problems))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _bug(_r: Request, exc: Exception) -> JSONResponse:
+        return _error(
+            500, "internal_error", f"{type(exc).__name__}: the service failed; see its log"
+        )
+
+    def principal(request: Request) -> Principal:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
+        found = service.tokens.principal(token.strip())
+        if found is None:
+            raise ApiError(401, "unauthorized", "unknown token")
+        return found
+
+    def operator(who: Principal = Depends(principal)) -> Principal:
+        if not who.operator:
+            raise ApiError(403, "forbidden", "this needs an operator token")
+        return who
+
+    def require_scope(who: Principal, pool: Pool, entitlement: str) -> None:
+        if not who.may_act_on(pool.tree, entitlement):
+            raise ApiError(
+                403, "forbidden", f"entitlement {entitlement!r} is outside this token's scope"
+            )
+
+    def record(kind: str, reason: str) -> None:
+        metrics.verdicts.labels(kind, reason).inc()
+
+    # -- claims --------------------------------------------------------------------------
+
+    @app.post(
+        "/v1/claims",
+        response_model=m.AdmitOut | m.QueueOut | m.DenyOut,
+        responses={**ERRORS, 409: {"model": m.ErrorOut, "description": "claim_exists"}},
+        tags=["claims"],
+    )
+    def submit(body: m.ClaimIn, who: Principal = Depends(principal)) -> Response:
+        """Decide a claim (§4); an Admit is in the ledger before this answers."""
+        pool = service.ready_pool()
+        require_scope(who, pool, body.entitlement)
+        claim = Claim.from_json(body.model_dump(by_alias=True, exclude_none=True))
+        started = time.perf_counter()
+        decision = pool.submit(claim)
+        metrics.commit_seconds.observe(time.perf_counter() - started)
+        out: dict[str, Any] = {"claim": claim.id, **decision.verdict.to_json()}
+        if isinstance(decision.verdict, Admit):
+            out["seq"] = decision.seq
+            record("admit", "")
+        else:
+            record(decision.verdict.verdict, decision.verdict.reason.value)
+        return JSONResponse(out)
+
+    @app.post(
+        "/v1/claims/{claim_id}/release",
+        response_model=m.ReleaseOut,
+        responses={**ERRORS, 404: {"model": m.ErrorOut}, 409: {"model": m.ErrorOut}},
+        tags=["claims"],
+    )
+    def release(claim_id: str, body: m.ReleaseIn, _who: Principal = Depends(operator)) -> Response:
+        """Record a claim's end, charging its actual figure in place of its reservation (§6.2)."""
+        pool = service.ready_pool()
+        started = time.perf_counter()
+        rel = pool.release(claim_id, Energy.from_json(body.actual.model_dump(), "actual"))
+        metrics.commit_seconds.observe(time.perf_counter() - started)
+        return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
+
+    @app.get(
+        "/v1/claims/{claim_id}",
+        response_model=m.ClaimStateOut,
+        responses={**ERRORS, 404: {"model": m.ErrorOut}},
+        tags=["claims"],
+    )
+    def claim_state(claim_id: str, who: Principal = Depends(principal)) -> Response:
+        """A claim's state; Queue and Deny leave no record (§6.2)."""
+        pool = service.ready_pool()
+        state = pool.claim_state(claim_id)
+        # A claim the token may not see is answered exactly like one that does not exist.
+        if state is None or (
+            not who.may_act_on(pool.tree, state.admitted.entitlement) and not who.operator
+        ):
+            raise ApiError(404, "unknown_claim", f"no claim {claim_id!r}")
+        adm = state.admitted
+        out: dict[str, Any] = {
+            "claim": claim_id,
+            "state": "running" if state.running else "released",
+            "entitlement": adm.entitlement,
+            "reserved": adm.reserved.to_json(),
+            "devices": adm.devices,
+            "borrowed_uj": adm.borrowed_uj,
+            "admitted_seq": state.admitted_seq,
+        }
+        if state.released is not None:
+            out["actual"] = state.released.actual.to_json()
+            out["released_seq"] = state.released_seq
+        return JSONResponse(out)
+
+    # -- entitlements --------------------------------------------------------------------
+
+    def entitlement_json(pool: Pool, node: str) -> dict[str, Any]:
+        ent = pool.tree[node]
+        fig = pool.usage_of(node)
+        return {
+            **ent.to_json(),
+            "usage": {
+                "spent_uj": fig.spent_uj,
+                "reserved_uj": fig.reserved_uj,
+                "borrowed_uj": fig.borrowed_uj(ent.guarantee_uj),
+                "held_devices": fig.held_devices,
+                "running_claims": fig.running_claims,
+            },
+        }
+
+    @app.get(
+        "/v1/entitlements",
+        response_model=m.EntitlementsOut,
+        responses=ERRORS,
+        tags=["entitlements"],
+    )
+    def entitlements(who: Principal = Depends(principal)) -> Response:
+        """The tree and its usage, as far as the token's scope reaches."""
+        pool = service.ready_pool()
+        visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
+        return JSONResponse({"entitlements": [entitlement_json(pool, i) for i in visible]})
+
+    @app.get(
+        "/v1/entitlements/{entitlement}",
+        response_model=m.EntitlementOut,
+        responses={**ERRORS, 404: {"model": m.ErrorOut}},
+        tags=["entitlements"],
+    )
+    def entitlement(entitlement: str, who: Principal = Depends(principal)) -> Response:
+        """One entitlement and its usage."""
+        pool = service.ready_pool()
+        if entitlement not in pool.tree:
+            if not who.operator:
+                raise ApiError(
+                    403, "forbidden", f"entitlement {entitlement!r} is outside this token's scope"
+                )
+            raise ApiError(404, "unknown_entitlement", f"no entitlement {entitlement!r}")
+        require_scope(who, pool, entitlement)
+        return JSONResponse(entitlement_json(pool, entitlement))
+
+    # -- the ledger ----------------------------------------------------------------------
+
+    def attest(pool: Pool, length: int) -> Any:
+        kept = load_receipts(service.witnesses) if service.witnesses else []
+        return attestation(kept, pool.steward, pool.key.public_key, length, pool.head_at)
+
+    @app.get("/v1/ledger", response_model=m.LedgerOut, responses=ERRORS, tags=["ledger"])
+    def ledger(_who: Principal = Depends(principal)) -> Response:
+        """The ledger's head, length and attestation (§6.8)."""
+        pool = service.ready_pool()
+        length, head = pool.snapshot()
+        report = attest(pool, length)
+        out: dict[str, Any] = {
+            "steward": pool.steward,
+            "length": length,
+            "head_hex": head.hex(),
+            "attestation": report.attestation.value,
+        }
+        if report.attestation is Attestation.witnessed:
+            out["witnessed_through"] = report.through
+        return JSONResponse(out)
+
+    @app.get(
+        "/v1/ledger/entries",
+        response_class=Response,
+        responses={**ERRORS, 200: {"content": {CBOR_SEQ: {}}, "description": "entries as stored"}},
+        tags=["ledger"],
+    )
+    def ledger_entries(
+        start: int = Query(0, alias="from", ge=0, le=2**62),
+        _who: Principal = Depends(operator),
+    ) -> Response:
+        """Entries from index `from`, as stored: a CBOR sequence (DESIGN.md §4)."""
+        pool = service.ready_pool()
+        end = min(pool.length, start + MAX_ENTRIES_PER_READ)
+        body = (
+            b"".join(raw for _, raw in zip(range(start, end), pool.entries(start), strict=False))
+            if start < end
+            else b""
+        )
+        return Response(body, media_type=CBOR_SEQ)
+
+    # -- pure decisions over the ledger's own history --------------------------------------
+
+    def pure(op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        result = run_case({"op": op, **payload})
+        if "error" in result:
+            raise ApiError(422, result["error"], str(result.get("detail", result["error"])))
+        return result
+
+    @app.post(
+        "/v1/estimates",
+        response_model=m.DerivedOut | m.DeclinedOut,
+        responses=ERRORS,
+        tags=["decisions"],
+    )
+    def estimates(body: m.EstimateIn, who: Principal = Depends(principal)) -> Response:
+        """The estimate a class earned from this ledger's history (§2.6)."""
+        pool = service.ready_pool()
+        if not who.operator:
+            if body.entitlement is None:
+                raise ApiError(
+                    403, "forbidden", "a tenant token must name an entitlement in its scope"
+                )
+            require_scope(who, pool, body.entitlement)
+        return JSONResponse(pool.estimate(body.class_, body.entitlement, body.required).to_json())
+
+    @app.post(
+        "/v1/preemption-order", response_model=m.PreemptionOut, responses=ERRORS, tags=["decisions"]
+    )
+    def preemption(body: m.PreemptionIn, _who: Principal = Depends(principal)) -> Response:
+        """The preemption order of workloads (§5)."""
+        return JSONResponse(pure("preemption_order", body.model_dump()))
+
+    @app.post("/v1/idle", response_model=m.IdleOut, responses=ERRORS, tags=["decisions"])
+    def idle(body: m.IdleIn, _who: Principal = Depends(principal)) -> Response:
+        """Idle verdicts, under the given policy or the deployment's (§2.7)."""
+        pool = service.ready_pool()
+        payload = body.model_dump(exclude_none=True)
+        if "policy" not in payload:
+            policy = pool.idle_policy
+            payload["policy"] = {
+                k: v
+                for k, v in (("window_us", policy.window_us), ("threshold_uw", policy.threshold_uw))
+                if v is not None
+            }
+        idle_policy_from_json(payload["policy"])
+        return JSONResponse(pure("idle", payload))
+
+    @app.post(
+        "/v1/attribution", response_model=m.AttributionOut, responses=ERRORS, tags=["decisions"]
+    )
+    def attribution(body: m.AttributionIn, _who: Principal = Depends(principal)) -> Response:
+        """A shared device's total divided among its occupants (§2.5)."""
+        return JSONResponse(pure("attribute", body.model_dump()))
+
+    # -- witnesses -----------------------------------------------------------------------
+
+    @app.post(
+        "/v1/witness-receipts", response_model=m.WitnessCheckOut, responses=ERRORS, tags=["ledger"]
+    )
+    def post_receipt(body: m.WitnessIn, _who: Principal = Depends(operator)) -> Response:
+        """Check a witness receipt against the ledger; a valid one is kept (§6.7, §6.8)."""
+        from joulepool.ledger.witness import check_witness
+
+        pool = service.ready_pool()
+        receipt = bytes.fromhex(body.receipt_hex)
+        public_key = bytes.fromhex(body.public_key_hex)
+        report = check_witness(
+            receipt,
+            body.witness,
+            public_key,
+            pool.steward,
+            pool.key.public_key,
+            pool.length,
+            pool.head_at,
+        )
+        if report.error is not None:
+            raise ApiError(422, report.error.value, f"the receipt is refused: {report.error.value}")
+        if service.witnesses is not None and report.through is not None:
+            with service.lock:
+                keep_receipt(service.witnesses, body.witness, public_key, receipt, report.through)
+        return JSONResponse(report.to_json())
+
+    @app.get(
+        "/v1/witness-receipts",
+        response_model=m.WitnessReceiptsOut,
+        responses=ERRORS,
+        tags=["ledger"],
+    )
+    def list_receipts(_who: Principal = Depends(principal)) -> Response:
+        """Every receipt kept."""
+        kept = load_receipts(service.witnesses) if service.witnesses else []
+        out = []
+        for k in kept:
+            core = open_envelope(k.receipt).core
+            out.append(
+                {
+                    "witness": k.witness,
+                    "public_key_hex": k.public_key.hex(),
+                    "receipt_hex": k.receipt.hex(),
+                    "length": core["length"],
+                    "head_hex": core["head"].hex(),
+                }
+            )
+        return JSONResponse({"receipts": out})
+
+    # -- probes --------------------------------------------------------------------------
+
+    @app.get("/healthz", tags=["probes"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["probes"], responses={503: {"model": m.ErrorOut}})
+    def readyz() -> Response:
+        """Ready only once the ledger has been replayed (§6.1)."""
+        pool = service.ready_pool()
+        return JSONResponse({"status": "ready", "length": pool.length})
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["probes"])
+    def prometheus() -> Response:
+        """Prometheus text exposition."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,66 @@
+"""Prometheus metrics of `pool serve`: verdicts, usage, appends and fsyncs (API.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from joulepool.pool import Pool
+
+
+class _PoolCollector(Collector):
+    """Figures read from the pool at scrape time, so they can never drift from it."""
+
+    def __init__(self, pool: Callable[[], Pool | None]) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        pool = self._pool()
+        if pool is None:
+            return
+        reserved = GaugeMetricFamily(
+            "pool_reserved_microjoules", "Reservations of running claims", labels=["entitlement"]
+        )
+        spent = GaugeMetricFamily(
+            "pool_spent_microjoules",
+            "Spent energy, running reservations included",
+            labels=["entitlement"],
+        )
+        held = GaugeMetricFamily(
+            "pool_held_devices", "Devices held by running claims", labels=["entitlement"]
+        )
+        for ent in pool.tree:
+            fig = pool.usage_of(ent.id)
+            reserved.add_metric([ent.id], fig.reserved_uj)
+            spent.add_metric([ent.id], fig.spent_uj)
+            held.add_metric([ent.id], fig.held_devices)
+        yield reserved
+        yield spent
+        yield held
+        yield GaugeMetricFamily("pool_ledger_length", "Entries in the ledger", value=pool.length)
+        yield CounterMetricFamily(
+            "pool_fsyncs", "Forced writes of ledger appends", value=pool.store.fsyncs
+        )
+        yield CounterMetricFamily(
+            "pool_appends", "Ledger appends (each one group commit)", value=pool.appends
+        )
+
+
+class Metrics:
+    """The service's registry and its instruments."""
+
+    def __init__(self, pool: Callable[[], Pool | None]) -> None:
+        self.registry = CollectorRegistry()
+        self.verdicts = Counter(
+            "pool_verdicts", "Verdicts given", ["verdict", "reason"], registry=self.registry
+        )
+        self.commit_seconds = Histogram(
+            "pool_commit_seconds",
+            "Time from a submission or release to its durable answer",
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+        )
+        self.registry.register(_PoolCollector(pool))

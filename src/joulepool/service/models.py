@@ -1,0 +1,318 @@
+"""The request and response shapes of the HTTP API, for validation and the OpenAPI schema.
+
+They mirror CONFORMANCE.md's shapes exactly. Requests are strict: integers only (no float,
+no bool, no numeric string), no negative figure, no unknown field, and no null where a field
+may only be absent (DESIGN.md §2, §4).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+Figure = Annotated[StrictInt, Field(ge=0)]
+Name = Annotated[StrictStr, Field(min_length=1)]
+GradeName = Literal["HwShunt", "ModelBased", "Estimator"]
+Hex = Annotated[StrictStr, Field(pattern=r"^([0-9a-f]{2})*$")]
+
+
+def _refuse_nulls(value: Any, where: str) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if v is None:
+                raise ValueError(f"{where}{k}: null is not a value; leave an optional field out")
+            _refuse_nulls(v, f"{where}{k}.")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _refuse_nulls(v, f"{where}{i}.")
+
+
+class Strict(BaseModel):
+    """Every request model: unknown fields and nulls refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_nulls(cls, data: Any) -> Any:
+        _refuse_nulls(data, "")
+        return data
+
+
+class EnergyIn(Strict):
+    """An energy figure and its grade (§2.3)."""
+
+    uj: Figure
+    grade: GradeName
+
+
+class ClaimIn(Strict):
+    """A claim (§2.4)."""
+
+    id: Name
+    entitlement: Name
+    gang_size: Figure
+    devices_per_member: Figure
+    estimate: EnergyIn
+    class_: Name | SkipJsonSchema[None] = Field(default=None, alias="class")
+
+
+class ReleaseIn(Strict):
+    """A release: what the claim actually spent (§6.2)."""
+
+    actual: EnergyIn
+
+
+class EstimateIn(Strict):
+    """A request for the estimate a class earned (§2.6)."""
+
+    class_: StrictStr = Field(alias="class")
+    entitlement: Name | SkipJsonSchema[None] = None
+    required: Figure | SkipJsonSchema[None] = None
+
+
+class WorkloadIn(Strict):
+    """A running workload for the preemption order (§5)."""
+
+    key: Name
+    spent_uj: Figure
+    completed_units: Figure
+    priority: Figure
+
+
+class PreemptionIn(Strict):
+    """Workloads to order (§5.2)."""
+
+    workloads: list[WorkloadIn]
+
+
+class PolicyIn(Strict):
+    """An idle policy (§2.7); either field absent leaves it unconfigured."""
+
+    window_us: Figure | SkipJsonSchema[None] = None
+    threshold_uw: Figure | SkipJsonSchema[None] = None
+
+
+class IdleWorkloadIn(Strict):
+    """One idle observation (§2.7)."""
+
+    key: Name
+    held_devices: Figure
+    observed_us: Figure
+    energy: EnergyIn
+
+
+class IdleIn(Strict):
+    """Observations to judge, under a policy or the deployment's (§2.7)."""
+
+    policy: PolicyIn | SkipJsonSchema[None] = None
+    workloads: list[IdleWorkloadIn]
+
+
+class AttributionIn(Strict):
+    """A device total and its occupants' weights (§2.5)."""
+
+    total: EnergyIn
+    occupants: dict[Name, Figure]
+
+
+class WitnessIn(Strict):
+    """A witness receipt to check and keep (§6.7)."""
+
+    witness: Name
+    public_key_hex: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+    receipt_hex: Hex
+
+
+# -- responses ---------------------------------------------------------------------------
+
+
+class EnergyOut(BaseModel):
+    """An energy figure and its grade."""
+
+    uj: int
+    grade: GradeName
+
+
+class AdmitOut(BaseModel):
+    """An admission: what was reserved, at which grade, and its ledger index (§4.6)."""
+
+    claim: str
+    verdict: Literal["admit"]
+    reserved: EnergyOut
+    devices: int
+    borrowed_uj: int
+    seq: int
+
+
+class QueueOut(BaseModel):
+    """A claim that does not fit now (§4.5)."""
+
+    claim: str
+    verdict: Literal["queue"]
+    reason: Literal[
+        "devices_held",
+        "guarantee_exhausted_may_not_borrow",
+        "limit_reached",
+        "surplus_insufficient",
+    ]
+
+
+class DenyOut(BaseModel):
+    """A claim that can never fit as written (§4.5)."""
+
+    claim: str
+    verdict: Literal["deny"]
+    reason: Literal[
+        "unknown_entitlement",
+        "empty_gang",
+        "devices_exceed_guarantee",
+        "energy_exceeds_limit",
+        "unobserved_cannot_borrow",
+        "weight_zero_cannot_borrow",
+        "exceeds_weighted_share",
+    ]
+
+
+class ReleaseOut(BaseModel):
+    """A recorded release (§6.2)."""
+
+    claim: str
+    seq: int
+    charged: EnergyOut
+
+
+class ClaimStateOut(BaseModel):
+    """Where a claim stands."""
+
+    claim: str
+    state: Literal["running", "released"]
+    entitlement: str
+    reserved: EnergyOut
+    devices: int
+    borrowed_uj: int
+    admitted_seq: int
+    actual: EnergyOut | SkipJsonSchema[None] = None
+    released_seq: int | SkipJsonSchema[None] = None
+
+
+class UsageOut(BaseModel):
+    """An entitlement's figures (API.md)."""
+
+    spent_uj: int
+    reserved_uj: int
+    borrowed_uj: int
+    held_devices: int
+    running_claims: int
+
+
+class EntitlementOut(BaseModel):
+    """An entitlement with its usage."""
+
+    id: str
+    parent: str | SkipJsonSchema[None] = None
+    guarantee_uj: int
+    guarantee_devices: int
+    over_quota_weight: int
+    limit_uj: int | SkipJsonSchema[None] = None
+    priority: int
+    usage: UsageOut
+
+
+class EntitlementsOut(BaseModel):
+    """The tree, as far as the caller may see it."""
+
+    entitlements: list[EntitlementOut]
+
+
+class LedgerOut(BaseModel):
+    """The ledger's head, length and attestation (§6.8)."""
+
+    steward: str
+    length: int
+    head_hex: str
+    attestation: Literal["self-attested", "witnessed"]
+    witnessed_through: int | SkipJsonSchema[None] = None
+
+
+class DerivedOut(BaseModel):
+    """An earned estimate (§2.6)."""
+
+    estimate: EnergyOut
+    min_uj: int
+    max_uj: int
+    observations: int
+    evidence: int
+
+
+class DeclinedOut(BaseModel):
+    """No estimate, with both counts (§2.6)."""
+
+    declined: Literal["insufficient_evidence", "empty_class"]
+    observations: int
+    evidence: int
+
+
+class PreemptionOut(BaseModel):
+    """The preemption order and each realised cost, `num/den` or null (§5)."""
+
+    order: list[str]
+    costs: dict[str, str | None]
+
+
+class IdleVerdictOut(BaseModel):
+    """One idle verdict (§2.7)."""
+
+    verdict: Literal["idle", "working", "nothing_held", "no_verdict"]
+    reason: (
+        Literal["unconfigured", "window_too_short", "unobserved", "empty_window"]
+        | SkipJsonSchema[None]
+    ) = None
+    mean_uw: int | None
+
+
+class IdleOut(BaseModel):
+    """Idle verdicts and the reclamation order (§2.7)."""
+
+    verdicts: dict[str, IdleVerdictOut]
+    order: list[str]
+
+
+class AttributionOut(BaseModel):
+    """Each occupant's share (§2.5)."""
+
+    shares: dict[str, EnergyOut]
+
+
+class WitnessCheckOut(BaseModel):
+    """A witness receipt that verified and covers this ledger (§6.8)."""
+
+    attestation: Literal["witnessed", "self-attested"]
+    length: int
+    through: int | SkipJsonSchema[None] = None
+    error: str | SkipJsonSchema[None] = None
+
+
+class WitnessReceiptOut(BaseModel):
+    """A kept receipt."""
+
+    witness: str
+    public_key_hex: str
+    receipt_hex: str
+    length: int
+    head_hex: str
+
+
+class WitnessReceiptsOut(BaseModel):
+    """Every kept receipt."""
+
+    receipts: list[WitnessReceiptOut]
+
+
+class ErrorOut(BaseModel):
+    """Every error: a stable code and a sentence (API.md)."""
+
+    error: str
+    detail: str

@@ -1,0 +1,96 @@
+"""Entry boundaries in a CBOR sequence, found from headers alone (RFC 8742, DESIGN.md §4)."""
+
+import cbor2
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from joulepool.ledger.sequence import INCOMPLETE, StructureError, item_end, split
+
+ITEMS = [
+    0,
+    23,
+    24,
+    255,
+    256,
+    2**32,
+    2**64 - 1,
+    -1,
+    -(2**64),
+    b"",
+    b"x" * 300,
+    "é",
+    [1, [2, [3]]],
+    {"a": 1, "b": [b"\x00"]},
+    cbor2.CBORTag(18, [b"p", {}, b"c", b"s" * 64]),
+    1.5,
+    True,
+    None,
+]
+
+
+@pytest.mark.parametrize("item", ITEMS, ids=[repr(i)[:20] for i in ITEMS])
+def test_each_item_ends_where_cbor2_says(item: object) -> None:
+    data = cbor2.dumps(item)
+    assert item_end(data, 0, len(data)) == len(data)
+    for cut in range(len(data)):
+        assert item_end(data, 0, cut) == INCOMPLETE
+
+
+def test_indefinite_lengths_are_skipped_whole() -> None:
+    data = bytes.fromhex("9f0102ff") + bytes.fromhex("5f41614162ff") + bytes.fromhex("bf6161f5ff")
+    offsets, tail = split(data)
+    assert offsets == [0, 4, 10]
+    assert tail is None
+
+
+def test_split_reports_a_torn_tail_with_its_offset() -> None:
+    a, b = cbor2.dumps([1, 2]), cbor2.dumps(b"y" * 100)
+    offsets, tail = split(a + b[:-3])
+    assert offsets == [0]
+    assert tail is not None and tail.torn and tail.offset == len(a) and tail.length == len(b) - 3
+
+
+def test_split_reports_bytes_no_write_could_complete_as_not_torn() -> None:
+    offsets, tail = split(cbor2.dumps(1) + b"\x1c")  # additional information 28 is reserved
+    assert offsets == [0]
+    assert tail is not None and not tail.torn
+
+
+def test_a_declared_length_beyond_any_entry_is_refused_not_buffered() -> None:
+    with pytest.raises(StructureError):
+        item_end(b"\x5b\x00\x00\x01\x00\x00\x00\x00\x00", 0, 9)
+
+
+def test_deep_nesting_is_refused() -> None:
+    data = b"\x81" * 100 + b"\x00"
+    with pytest.raises(StructureError, match="nested"):
+        item_end(data, 0, len(data))
+
+
+@given(
+    st.lists(
+        st.recursive(
+            st.integers() | st.binary() | st.text(),
+            lambda c: st.lists(c) | st.dictionaries(st.text(), c),
+            max_leaves=8,
+        ),
+        max_size=8,
+    )
+)
+def test_split_finds_every_item_of_a_sequence(items: list[object]) -> None:
+    parts = [cbor2.dumps(i) for i in items]
+    offsets, tail = split(b"".join(parts))
+    assert tail is None
+    expected, pos = [], 0
+    for p in parts:
+        expected.append(pos)
+        pos += len(p)
+    assert offsets == expected
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_crash_the_scanner(data: bytes) -> None:
+    offsets, tail = split(data)
+    assert all(0 <= o < len(data) for o in offsets)
+    assert tail is None or 0 <= tail.offset <= len(data)

@@ -1,0 +1,166 @@
+"""The ledger file store: fsynced appends, one writer, torn writes reported and recovered
+only by the documented command, a full disk damaging nothing (DESIGN.md §4, §6)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import cbor2
+import pytest
+
+from joulepool.stores.file import (
+    CorruptLedger,
+    DiskFull,
+    FileStore,
+    LedgerLocked,
+    TornWrite,
+    create,
+    recover,
+)
+
+
+def entry(i: int, size: int = 40) -> bytes:
+    return bytes(cbor2.dumps([i, b"e" * size]))
+
+
+def test_append_then_reopen_reads_every_entry_back(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    with create(path) as store:
+        store.append([entry(0), entry(1)])
+        store.append([entry(2)])
+        assert len(store) == 3
+        assert store.fsyncs == 2
+    with FileStore(path, writer=False) as again:
+        assert list(again.entries()) == [entry(0), entry(1), entry(2)]
+        assert again.entry(1) == entry(1)
+        assert list(again.entries(2)) == [entry(2)]
+    assert path.read_bytes() == entry(0) + entry(1) + entry(2)
+
+
+def test_entries_stream_across_chunk_boundaries(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    big = [entry(i, 50_000) for i in range(200)]  # ~10 MB, several 4 MiB chunks
+    with create(path) as store:
+        store.append(big)
+    with FileStore(path, writer=False) as again:
+        assert len(again) == 200
+        assert list(again.entries()) == big
+
+
+def test_a_second_writer_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    with create(path), pytest.raises(LedgerLocked, match="locked by another writer"):
+        FileStore(path)
+
+
+def test_a_second_writer_in_another_process_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    code = "import sys; from joulepool.stores.file import FileStore; FileStore(sys.argv[1])"
+    with create(path):
+        proc = subprocess.run(
+            [shutil.which("python3") or "python3", "-c", code, str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")},
+        )
+    assert proc.returncode != 0
+    assert "LedgerLocked" in proc.stderr
+
+
+def test_a_torn_final_entry_is_reported_with_its_offset_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    whole = entry(0) + entry(1)
+    path.write_bytes(whole + entry(2)[:-7])
+    with pytest.raises(TornWrite) as info:
+        FileStore(path)
+    assert info.value.offset == len(whole)
+    assert info.value.index == 2
+    assert "pool ledger recover" in str(info.value)
+    assert path.read_bytes() == whole + entry(2)[:-7]  # left alone
+    with FileStore(path, writer=False) as reader:
+        assert len(reader) == 2
+        assert reader.tail is not None and reader.tail.torn
+
+
+def test_recover_truncates_the_torn_entry_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    whole = entry(0) + entry(1)
+    path.write_bytes(whole + entry(2)[:5])
+    done = recover(path)
+    assert done is not None
+    assert (done.offset, done.removed, done.entries) == (len(whole), 5, 2)
+    assert path.read_bytes() == whole
+    assert recover(path) is None
+    with FileStore(path) as store:
+        assert len(store) == 2
+
+
+def test_recover_refuses_bytes_that_are_no_entry(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    path.write_bytes(entry(0) + b"\xfc\x00\x00")
+    with pytest.raises(CorruptLedger, match="not a torn write"):
+        recover(path)
+    assert path.read_bytes() == entry(0) + b"\xfc\x00\x00"
+    with pytest.raises(CorruptLedger):
+        FileStore(path)
+
+
+def test_create_never_overwrites(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.cbor"
+    path.write_bytes(entry(0))
+    with pytest.raises(Exception, match="already exists"):
+        create(path)
+    assert path.read_bytes() == entry(0)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs, so that ENOSPC comes from the kernel, not from a mock."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs (run as root, as CI does)")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_refuses_the_append_and_damages_nothing(small_disk: Path) -> None:
+    path = small_disk / "ledger.cbor"
+    filler = small_disk / "filler"
+    with create(path) as store:
+        store.append([entry(i, 1000) for i in range(10)])
+        before = path.read_bytes()
+        # Fill the rest of the disk, leaving less than one entry's room.
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        with pytest.raises(DiskFull, match="nothing was written"):
+            store.append([entry(100, 50_000)])
+        assert len(store) == 10
+        assert path.read_bytes() == before
+        filler.unlink()
+        store.append([entry(11, 1000)])  # space freed: appends again, same store, no restart
+        assert len(store) == 11
+    with FileStore(path) as again:
+        assert list(again.entries())[-1] == entry(11, 1000)
+        assert again.tail is None
