@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/pool conformance run conformance/vectors
-	echo '{"op":"decide","tree":{"entitlements":[{"id":"team","guarantee_uj":1000000,"guarantee_devices":4,"over_quota_weight":1}]},"usage":{},"claim":{"id":"job-1","entitlement":"team","gang_size":2,"devices_per_member":2,"estimate":{"uj":400000,"grade":"Estimator"}}}' | $(BIN)/pool exec
+	rm -rf demo
+	$(BIN)/pool demo demo
+	$(BIN)/pool ledger verify demo/ledger.cbor
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

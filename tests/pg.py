@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -214,10 +214,12 @@ class PgServer:
         self.stop(mode)
         return self.start()
 
-    def sql(self, query: str, dbname: str = DATABASE) -> list[tuple[object, ...]]:
+    def sql(
+        self, query: str, params: Sequence[object] = (), dbname: str = DATABASE
+    ) -> list[tuple[object, ...]]:
         """Run one statement as the superuser, outside any store (to tamper, or to look)."""
         with psycopg.connect(self.dsn(dbname), autocommit=True) as conn:
-            cur = conn.execute(query.encode())
+            cur = conn.execute(query.encode(), params)
             return cur.fetchall() if cur.description else []
 
     def close(self) -> None:
@@ -307,6 +309,15 @@ def _hang_up(s: socket.socket) -> None:
     s.close()
 
 
+def _spans(tail: bytes, chunk: bytes, pattern: bytes) -> tuple[bool, bytes]:
+    """Whether `pattern` ends in `chunk` (perhaps begun in the previous one), and the new tail.
+
+    The tail is one byte short of the pattern, so a match already seen is never seen again.
+    """
+    keep = len(pattern) - 1
+    return pattern in tail + chunk, (tail + chunk)[-keep:]
+
+
 class _Pair:
     """One relayed connection: a client socket, its upstream socket, and a pending cut."""
 
@@ -331,8 +342,8 @@ class _Pair:
             if not chunk:
                 _hang_up(self.upstream)
                 return
-            window, tail = tail + chunk, chunk[-16:]
-            if _COMMIT_SENT in window:
+            hit, tail = _spans(tail, chunk, _COMMIT_SENT)
+            if hit:
                 if self.proxy._take("before"):
                     self._cut("before commit")
                     return
@@ -354,8 +365,8 @@ class _Pair:
             if not chunk:
                 _hang_up(self.client)
                 return
-            window, tail = tail + chunk, chunk[-16:]
-            if self.commit_in_flight and _COMMIT_DONE in window:
+            hit, tail = _spans(tail, chunk, _COMMIT_DONE)
+            if self.commit_in_flight and hit:
                 self._cut("after commit")
                 return
             try:

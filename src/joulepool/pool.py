@@ -105,7 +105,7 @@ class Pool:
             raise PoolError("the steward's key must include its secret to seal entries")
         self.key = key
         self.store = store
-        self.idle_policy = idle_policy or IdlePolicy()
+        self.idle_policy = idle_policy if idle_policy is not None else IdlePolicy()
         self.required_evidence = required_evidence
         self._clock = clock
         self._queue: list[_Request] = []

@@ -138,6 +138,9 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # A body that is not even JSON (or not UTF-8) is malformed input like any other.
+            return _error(422, "invalid_input", f"body: {exc.detail}")
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return _error(exc.status_code, code, str(exc.detail))
 

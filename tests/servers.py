@@ -1,0 +1,98 @@
+"""Real `pool serve` processes for tests: a free loopback port, ready once replay is done."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from joulepool.cli.pool_cmd import init_deployment
+from joulepool.deployment import TOKENS
+from joulepool.service.tokens import add_token
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Deployment:
+    """A deployment folder with an operator token and one tenant token per team."""
+
+    folder: Path
+    operator: str
+    tenants: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls, folder: Path, tenants: tuple[str, ...] = ("vision", "language", "robotics")
+    ) -> Deployment:
+        init_deployment(folder, "steward")
+        d = cls(folder, add_token(folder / TOKENS, "ops", "operator"))
+        for t in tenants:
+            d.tenants[t] = add_token(folder / TOKENS, t, f"tenant:{t}")
+        return d
+
+
+@dataclass
+class Serve:
+    """One running `pool serve`."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def client(self, token: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_serve(folder: Path, *extra: str, wait: bool = True, port: int | None = None) -> Serve:
+    """Start `pool serve` on a free port and wait until /readyz says ready."""
+    port = port or free_port()
+    log = folder.parent / f"serve-{port}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "joulepool", "serve", str(folder), "--port", str(port), *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+    serve = Serve(proc, f"http://127.0.0.1:{port}", log)
+    if wait:
+        wait_ready(serve)
+    return serve
+
+
+def wait_ready(serve: Serve, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if serve.proc.poll() is not None:
+            raise RuntimeError(f"pool serve exited {serve.proc.returncode}:\n{serve.output()}")
+        try:
+            if httpx.get(f"{serve.url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    serve.kill()
+    raise RuntimeError(f"pool serve not ready in {timeout_s} s:\n{serve.output()}")
