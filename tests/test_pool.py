@@ -17,7 +17,7 @@ from joulepool.errors import ClaimError, InvalidTree
 from joulepool.estimate import Derived
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.replay import replay
-from joulepool.pool import Pool, open_pool
+from joulepool.pool import Decision, Pool, Release, ReleaseRequest, open_pool
 from joulepool.stores.file import FileStore
 from joulepool.stores.memory import MemoryStore
 from tests.builders import team_tree
@@ -206,3 +206,28 @@ def test_a_tree_reload_keeps_the_ledger_and_a_broken_one_changes_nothing(tmp_pat
         assert (folder / LEDGER).stat().st_size > 0
     finally:
         pool.close()
+
+
+def test_apply_decides_a_batch_in_order_with_one_append(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "ledger.cbor", create=True)
+    pool = Pool(team_tree(), STEWARD, store, clock=lambda: 1_764_000_000_000)
+    outcomes = pool.apply(
+        [
+            claim("c1", "a", 600),
+            claim("c1", "a", 1),  # the same id again, inside the same batch
+            ReleaseRequest("nobody", Energy(1, H)),
+            ReleaseRequest("c1", Energy(100, H)),
+            claim("c2", "a", 900),  # inside the guarantee only because c1's release came first
+        ]
+    )
+    first, dup, unknown, rel, second = outcomes
+    assert isinstance(first, Decision) and first.seq == 0
+    assert isinstance(dup, ClaimError) and dup.code == "claim_exists"
+    assert isinstance(unknown, ClaimError) and unknown.code == "unknown_claim"
+    assert isinstance(rel, Release) and rel.seq == 1
+    assert isinstance(second, Decision) and isinstance(second.verdict, Admit)
+    assert (second.seq, second.verdict.borrowed_uj) == (2, 0)
+    assert (len(store), store.fsyncs, pool.appends) == (3, 1, 1)
+    again = replay(store.entries(), STEWARD.kid, STEWARD.public_key, team_tree())
+    assert again.state.usage.of("a") == pool.usage_of("a")
+    store.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +72,18 @@ class ClaimState:
     def running(self) -> bool:
         """Still holding its reservation and devices (§6.2)."""
         return self.released is None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRequest:
+    """A request to release `claim`, charging `actual` (§6.2), for `Pool.apply`."""
+
+    claim: str
+    actual: Energy
+
+
+Outcome = Decision | Release | PoolError
+"""What one operation of `Pool.apply` came to: its result, or the error that refused it."""
 
 
 class _Request:
@@ -157,6 +169,18 @@ class Pool:
         with self._commit_lock:
             return self._replayer.length, self._replayer.head
 
+    def catch_up(self) -> int:
+        """Fold in what other replicas appended since this one last looked; the new length.
+
+        A replica's reads are only as fresh as its last append (§6.1, DESIGN.md §6): a
+        service that shares its store calls this before answering a read, so no replica
+        answers from a view older than the request. A sole writer has nothing to read.
+        """
+        with self._commit_lock:
+            for raw in self.store.entries(self._replayer.length):
+                self._replayer.feed(raw)
+            return self._replayer.length
+
     def head_at(self, length: int) -> bytes:
         """The ledger's head after its first `length` entries."""
         if length == 0:
@@ -214,6 +238,31 @@ class Pool:
         Raises `ClaimError` with `unknown_claim` or `already_released`; nothing is appended.
         """
         return self._run(_Request(None, claim_id, actual))  # type: ignore[return-value]
+
+    def apply(self, ops: Sequence[Claim | ReleaseRequest]) -> list[Outcome]:
+        """Decide and record `ops` in order, as one group commit: one append, one fsync (§4, §6.2).
+
+        Each operation sees the state its predecessors left. An outcome is a `Decision`, a
+        `Release`, or the `PoolError` that refused that operation (a duplicate claim, say);
+        when the append itself fails, every operation's outcome is that error and nothing
+        decided in the batch stands. Nothing is returned before the append is durable.
+        """
+        batch = [
+            _Request(op, op.id, None)
+            if isinstance(op, Claim)
+            else _Request(None, op.claim, op.actual)
+            for op in ops
+        ]
+        with self._commit_lock:
+            self._commit(batch)
+        out: list[Outcome] = []
+        for req in batch:
+            if req.error is not None:
+                out.append(req.error)
+            else:
+                assert req.result is not None
+                out.append(req.result)
+        return out
 
     def _run(self, request: _Request) -> Decision | Release:
         with self._queue_lock:

@@ -25,7 +25,11 @@ def _registrars() -> list[Registrar]:
     for module in _OPTIONAL:
         try:
             mod = __import__(module, fromlist=["register"])
-        except ImportError:
+        except ModuleNotFoundError as exc:
+            # Only a command group that is absent is skipped; one that fails to import
+            # because of a bug inside it must fail loudly, not vanish from the help.
+            if exc.name != module:
+                raise
             continue
         found.append(mod.register)
     return found

@@ -1,4 +1,4 @@
-"""`pool ledger verify | show | usage | recover | export`: reading a ledger file (§6)."""
+"""`pool ledger verify | show | usage | recover | export`: reading and exporting ledgers (§6)."""
 
 from __future__ import annotations
 
@@ -293,6 +293,42 @@ def _recover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from joulepool.errors import InvalidInput
+    from joulepool.stores.base import Store
+    from joulepool.stores.export import export_ledger
+
+    store: Store
+    if args.postgres:
+        from joulepool.stores.postgres import PostgresStore
+
+        if not args.ledger:
+            raise InvalidInput(
+                "--ledger", "name the ledger to export (pool serve names it after the steward)"
+            )
+        store = PostgresStore(args.postgres, ledger=args.ledger, create_schema=False)
+        source = f"ledger {args.ledger!r} at {store.where}"
+    else:
+        from joulepool.stores.file import FileStore
+
+        store = FileStore(Path(args.file), writer=False)
+        source = args.file
+    try:
+        count = export_ledger(store, Path(args.out), overwrite=args.overwrite)
+    finally:
+        store.close()
+    result = {"source": source, "out": args.out, "entries": count}
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"wrote {count} entries of {source} to {args.out}; check it with "
+            f"`pool ledger verify {args.out} --key STEWARD.pub`"
+        ),
+    )
+    return 0
+
+
 def _add_reading(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", help="the ledger file (a CBOR sequence)")
     p.add_argument(
@@ -333,6 +369,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u = lsub.add_parser("usage", help="the usage the ledger replays to (§6.1)")
     _add_reading(u)
     u.set_defaults(handler=_usage)
+
+    e = lsub.add_parser(
+        "export", help="write a store's ledger as a ledger file (CBOR sequence) for any verifier"
+    )
+    e.add_argument("out", metavar="OUT", help="the ledger file to write (whole or not at all)")
+    source = e.add_mutually_exclusive_group(required=True)
+    source.add_argument("--file", metavar="FILE", help="a ledger file (e.g. to copy it safely)")
+    source.add_argument("--postgres", metavar="DSN", help="a PostgreSQL store (libpq DSN)")
+    e.add_argument("--ledger", metavar="NAME", help="the ledger's name in PostgreSQL")
+    e.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    add_json(e)
+    e.set_defaults(handler=_export)
 
     r = lsub.add_parser(
         "recover", help="truncate an incomplete final entry (a torn write), nothing else"

@@ -14,8 +14,14 @@ from joulepool.cli.output import add_json, emit
 DEFAULT_PORT = 7460
 
 
-def build_service(folder: Path, postgres: str | None, replay_workers: int) -> Any:
-    """The service for a deployment folder, its ledger on file or on PostgreSQL."""
+def build_service(
+    folder: Path, postgres: str | None, replay_workers: int, ledger: str | None = None
+) -> Any:
+    """The service for a deployment folder, its ledger on file or on PostgreSQL.
+
+    In PostgreSQL the ledger is named `ledger`, by default the steward's identifier, so
+    several deployments can share one database.
+    """
     from joulepool.deployment import CONFIG, KEY, LEDGER, TOKENS, WITNESSES, read_config
     from joulepool.errors import PoolError
     from joulepool.ledger.keys import load_key_file
@@ -34,7 +40,7 @@ def build_service(folder: Path, postgres: str | None, replay_workers: int) -> An
         if postgres:
             from joulepool.stores.postgres import PostgresStore
 
-            store = PostgresStore(postgres, ledger=config.steward)
+            store = PostgresStore(postgres, ledger=ledger or config.steward)
         else:
             from joulepool.stores.file import FileStore
 
@@ -59,12 +65,14 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from joulepool.deployment import CONFIG, TOKENS, read_config
-    from joulepool.errors import PoolError
+    from joulepool.errors import InvalidInput, PoolError
     from joulepool.service.app import create_app
     from joulepool.service.tokens import TokenBook, read_tokens
 
     folder = Path(args.dir)
-    service = build_service(folder, args.postgres, args.replay_workers)
+    if args.ledger and not args.postgres:
+        raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
+    service = build_service(folder, args.postgres, args.replay_workers, args.ledger)
     app = create_app(service)
 
     def reload(_signum: int, _frame: object) -> None:
@@ -124,6 +132,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port ({DEFAULT_PORT})")
     p.add_argument("--postgres", metavar="DSN", help="keep the ledger in PostgreSQL, for replicas")
+    p.add_argument(
+        "--ledger", metavar="NAME", help="the ledger's name in PostgreSQL (the steward's id)"
+    )
     p.add_argument("--replay-workers", type=int, default=1, help="processes verifying at start-up")
     p.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]

@@ -30,6 +30,7 @@ from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.witness import Attestation
 from joulepool.pool import Pool
 from joulepool.service import models as m
+from joulepool.service.committer import Committer
 from joulepool.service.metrics import Metrics
 from joulepool.service.tokens import Principal, TokenBook
 from joulepool.witnesses import attestation, keep_receipt, load_receipts
@@ -54,15 +55,32 @@ class Service:
     tokens: TokenBook
     witnesses: Path | None = None
     pool: Pool | None = None
+    committer: Committer | None = None
     failure: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
         """Replay the ledger (§6.1); only then is the service ready."""
         try:
-            self.pool = self.opener()
+            pool = self.opener()
         except PoolError as exc:
             self.failure = str(exc)
+            return
+        self.committer = Committer(pool)
+        self.pool = pool
+
+    def ready_committer(self) -> Committer:
+        """The group committer, or 503 while replay runs (or after it failed)."""
+        self.ready_pool()
+        assert self.committer is not None
+        return self.committer
+
+    def stop(self) -> None:
+        """Commit what is queued, then release the store."""
+        if self.committer is not None:
+            self.committer.close()
+        if self.pool is not None:
+            self.pool.close()
 
     def ready_pool(self) -> Pool:
         """The pool, or 503 while replay runs (or after it failed)."""
@@ -70,6 +88,12 @@ class Service:
             detail = self.failure or "the ledger is still being replayed"
             raise ApiError(503, "not_ready", detail)
         return self.pool
+
+    def fresh_pool(self) -> Pool:
+        """The pool, caught up with every entry other replicas committed before this read."""
+        pool = self.ready_pool()
+        pool.catch_up()
+        return pool
 
 
 _CLAIM_ERRORS = {"claim_exists": 409, "unknown_claim": 404, "already_released": 409}
@@ -108,8 +132,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         else:
             service.start()
         yield
-        if service.pool is not None:
-            service.pool.close()
+        service.stop()
 
     app = FastAPI(
         title="joulepool pool/1 admission service",
@@ -150,7 +173,8 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
             500, "internal_error", f"{type(exc).__name__}: the service failed; see its log"
         )
 
-    def principal(request: Request) -> Principal:
+    # Dependencies are coroutines so FastAPI runs them on the loop, not in a worker thread.
+    async def principal(request: Request) -> Principal:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
@@ -160,7 +184,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
             raise ApiError(401, "unauthorized", "unknown token")
         return found
 
-    def operator(who: Principal = Depends(principal)) -> Principal:
+    async def operator(who: Principal = Depends(principal)) -> Principal:
         if not who.operator:
             raise ApiError(403, "forbidden", "this needs an operator token")
         return who
@@ -182,13 +206,13 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         responses={**ERRORS, 409: {"model": m.ErrorOut, "description": "claim_exists"}},
         tags=["claims"],
     )
-    def submit(body: m.ClaimIn, who: Principal = Depends(principal)) -> Response:
+    async def submit(body: m.ClaimIn, who: Principal = Depends(principal)) -> Response:
         """Decide a claim (§4); an Admit is in the ledger before this answers."""
-        pool = service.ready_pool()
-        require_scope(who, pool, body.entitlement)
+        committer = service.ready_committer()
+        require_scope(who, committer.pool, body.entitlement)
         claim = Claim.from_json(body.model_dump(by_alias=True, exclude_none=True))
         started = time.perf_counter()
-        decision = pool.submit(claim)
+        decision = await committer.submit(claim)
         metrics.commit_seconds.observe(time.perf_counter() - started)
         out: dict[str, Any] = {"claim": claim.id, **decision.verdict.to_json()}
         if isinstance(decision.verdict, Admit):
@@ -204,11 +228,14 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         responses={**ERRORS, 404: {"model": m.ErrorOut}, 409: {"model": m.ErrorOut}},
         tags=["claims"],
     )
-    def release(claim_id: str, body: m.ReleaseIn, _who: Principal = Depends(operator)) -> Response:
+    async def release(
+        claim_id: str, body: m.ReleaseIn, _who: Principal = Depends(operator)
+    ) -> Response:
         """Record a claim's end, charging its actual figure in place of its reservation (§6.2)."""
-        pool = service.ready_pool()
+        committer = service.ready_committer()
         started = time.perf_counter()
-        rel = pool.release(claim_id, Energy.from_json(body.actual.model_dump(), "actual"))
+        actual = Energy.from_json(body.actual.model_dump(), "actual")
+        rel = await committer.release(claim_id, actual)
         metrics.commit_seconds.observe(time.perf_counter() - started)
         return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
 
@@ -220,7 +247,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
     )
     def claim_state(claim_id: str, who: Principal = Depends(principal)) -> Response:
         """A claim's state; Queue and Deny leave no record (§6.2)."""
-        pool = service.ready_pool()
+        pool = service.fresh_pool()
         state = pool.claim_state(claim_id)
         # A claim the token may not see is answered exactly like one that does not exist.
         if state is None or (
@@ -266,7 +293,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
     )
     def entitlements(who: Principal = Depends(principal)) -> Response:
         """The tree and its usage, as far as the token's scope reaches."""
-        pool = service.ready_pool()
+        pool = service.fresh_pool()
         visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
         return JSONResponse({"entitlements": [entitlement_json(pool, i) for i in visible]})
 
@@ -278,7 +305,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
     )
     def entitlement(entitlement: str, who: Principal = Depends(principal)) -> Response:
         """One entitlement and its usage."""
-        pool = service.ready_pool()
+        pool = service.fresh_pool()
         if entitlement not in pool.tree:
             if not who.operator:
                 raise ApiError(
@@ -297,7 +324,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
     @app.get("/v1/ledger", response_model=m.LedgerOut, responses=ERRORS, tags=["ledger"])
     def ledger(_who: Principal = Depends(principal)) -> Response:
         """The ledger's head, length and attestation (§6.8)."""
-        pool = service.ready_pool()
+        pool = service.fresh_pool()
         length, head = pool.snapshot()
         report = attest(pool, length)
         out: dict[str, Any] = {
@@ -321,7 +348,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         _who: Principal = Depends(operator),
     ) -> Response:
         """Entries from index `from`, as stored: a CBOR sequence (DESIGN.md §4)."""
-        pool = service.ready_pool()
+        pool = service.fresh_pool()
         end = min(pool.length, start + MAX_ENTRIES_PER_READ)
         body = (
             b"".join(raw for _, raw in zip(range(start, end), pool.entries(start), strict=False))
@@ -346,7 +373,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
     )
     def estimates(body: m.EstimateIn, who: Principal = Depends(principal)) -> Response:
         """The estimate a class earned from this ledger's history (§2.6)."""
-        pool = service.ready_pool()
+        pool = service.fresh_pool()
         if not who.operator:
             if body.entitlement is None:
                 raise ApiError(
@@ -393,7 +420,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         """Check a witness receipt against the ledger; a valid one is kept (§6.7, §6.8)."""
         from joulepool.ledger.witness import check_witness
 
-        pool = service.ready_pool()
+        pool = service.fresh_pool()
         receipt = bytes.fromhex(body.receipt_hex)
         public_key = bytes.fromhex(body.public_key_hex)
         report = check_witness(
