@@ -224,6 +224,28 @@ def build() -> list[tuple[str, dict[str, Any]]]:
             },
         )
     )
+    overrun = chain(
+        [
+            admitted(0, "auto", "job-7", "robotics", 2_000_000, "ModelBased"),
+            released(1, "auto", "job-7", 3_500_000, "HwShunt"),
+        ]
+    )
+    vs.append(
+        vector(
+            "11-6.2-overrun-charged-in-full",
+            "6.2",
+            "7.11",
+            "job-7 reserved 2,000,000 µJ and spent 3,500,000: robotics is charged 3,500,000, neither the reservation nor the sum.",
+            replay_case(overrun),
+            {
+                "ok": True,
+                "length": 2,
+                "head_hex": address(overrun[1]).hex(),
+                "usage": {"robotics": {"spent_uj": 3_500_000, "held_devices": 0}},
+                "open_claims": [],
+            },
+        )
+    )
     vs.append(
         vector(
             "10-6.1-empty-ledger",
