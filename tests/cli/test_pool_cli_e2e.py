@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 POOL = [sys.executable, "-m", "joulepool"]
 MJ = 1_000_000_000_000
 
@@ -176,3 +178,16 @@ def test_demo_walks_every_verdict_and_leaves_a_ledger_that_verifies(tmp_path: Pa
     assert verify["ok"] is True
     assert verify["attestation"] == "witnessed"
     assert verify["witnessed_through"] == verify["length"]
+
+
+def test_human_output_prints_brackets_in_data_as_written(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from joulepool.cli.output import console, table
+
+    screen = console()
+    screen.print("install it: pip install 'joulepool[nvml]'")
+    screen.print(table("t", ["name"], [["team[gpu]"]]))
+    out = capsys.readouterr().out
+    assert "'joulepool[nvml]'" in out
+    assert "team[gpu]" in out

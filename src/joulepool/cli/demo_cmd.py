@@ -260,7 +260,7 @@ def run_demo(folder: Path, out: Console) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    run_demo(Path(args.dir), console())
+    run_demo(Path(args.dir), console(markup=True))
     return 0
 
 

@@ -12,11 +12,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def console() -> Console:
-    """A console for human output on standard output."""
+def console(*, markup: bool = False) -> Console:
+    """A console for human output on standard output.
+
+    Markup is off unless asked for: figures, names and reasons are data, and rich would
+    read a bracketed word in one (`pip install 'joulepool[nvml]'`) as a style and drop it.
+    """
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, markup=markup)
 
 
 def print_json(data: Any) -> None:

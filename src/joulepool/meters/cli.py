@@ -13,6 +13,7 @@ import json
 import time
 from decimal import Decimal, InvalidOperation
 
+from joulepool.cli.output import console
 from joulepool.errors import InvalidInput
 
 _DEFAULT_ROOT = "/sys/class/powercap"
@@ -58,7 +59,6 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"meters": [s.to_json() for s in statuses]}, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="meters on this host")
@@ -75,7 +75,7 @@ def _list(args: argparse.Namespace) -> int:
             f"{s.resolution_uj} µJ" if s.resolution_uj is not None else "-",
             f"{status}\n{s.detail}" if s.detail else status,
         )
-    Console(soft_wrap=True).print(table)
+    console().print(table)
     return 0
 
 
@@ -119,10 +119,9 @@ def _read(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(soft_wrap=True)
+    screen = console()
     table = Table(title=f"{meter.name} ({meter.kind.value}, {meter.grade.value})")
     for column in ("read at µs", "counter µJ", "resolution", "energy since last", "mean power"):
         table.add_column(column, justify="right")
@@ -141,7 +140,7 @@ def _read(args: argparse.Namespace) -> int:
             f"{energy.uj} µJ over {b.read_at_us - a.read_at_us} µs ({energy.grade.value})",
             format_uw(mean),
         )
-    console.print(table)
+    screen.print(table)
     return 0
 
 
