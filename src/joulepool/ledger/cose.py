@@ -276,6 +276,11 @@ def _open_thoroughly(raw: bytes) -> Envelope:
 
 def verify_signature(env: Envelope, public_key: bytes) -> bool:
     """Whether the Ed25519 signature verifies under `public_key` (RFC 9052 §4.4)."""
+    return verify_parts(env.protected, env.payload, env.signature, public_key)
+
+
+def verify_parts(protected: bytes, payload: bytes, signature: bytes, public_key: bytes) -> bool:
+    """Whether `signature` signs the Sig_structure of these parts under `public_key` (§6.5)."""
     key = _verify_keys.get(public_key)
     if key is None:
         if len(public_key) != 32:
@@ -284,7 +289,7 @@ def verify_signature(env: Envelope, public_key: bytes) -> bool:
         if len(_verify_keys) < 64:
             _verify_keys[public_key] = key
     try:
-        key.verify(sig_structure(env.protected, env.payload), env.signature)
+        key.verify(sig_structure(protected, payload), signature)
     except BadSignatureError:
         return False
     return True
