@@ -60,7 +60,13 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 
 
 def uj(value: int | None) -> str:
-    """Microjoules for people: the integer with thousands separators, and joules beside it."""
+    """Microjoules for people, exactly: joules with the µJ as decimals, or µJ below a joule.
+
+    `--json` carries the integer; this is only its spelling, and it never rounds.
+    """
     if value is None:
         return "-"
-    return f"{value:,} µJ ({value // 1_000_000:,} J)" if value >= 10_000_000 else f"{value:,} µJ"
+    if value < 1_000_000:
+        return f"{value:,} µJ"
+    joules, rest = divmod(value, 1_000_000)
+    return f"{joules:,} J" if rest == 0 else f"{joules:,}.{rest:06d} J"

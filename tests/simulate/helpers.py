@@ -1,0 +1,65 @@
+"""Hand-built jobs and a tiny data folder for the simulation tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from joulepool.grade import Energy, Grade
+from joulepool.simulate.energy import ModelledJob
+from joulepool.simulate.trace import TraceJob
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
+
+
+def job(
+    tenant: str,
+    line: int,
+    at_us: int,
+    gpus: int,
+    uj: int,
+    grade: Grade,
+    duration_us: int,
+) -> ModelledJob:
+    """A modelled job with the figures given, no data files involved."""
+    trace_job = TraceJob(tenant, line, "T (batch size 1)", 1, at_us, gpus)
+    return ModelledJob(trace_job, duration_us, Energy(uj, grade), "hand-written", False)
+
+
+def trace_line(job_type: str, steps: int, arrival_s: str, gpus: int | str) -> str:
+    """One Gavel trace line."""
+    return f"{job_type}\tcd %s && python3 x.py\t-n\t1\t{steps}\t{arrival_s}\t{gpus}\n"
+
+
+def write_data(root: Path, traces: dict[str, list[str]], sizes: dict[str, int]) -> Path:
+    """A data folder in the shared layout: traces, VC sizes, Gavel rates, Zeus power."""
+    seed = root / "philly-gavel" / "seed0"
+    seed.mkdir(parents=True)
+    for vc, lines in traces.items():
+        (seed / f"{vc}.trace").write_text("".join(lines), encoding="utf-8")
+    rates = {
+        "v100": {
+            "('ResNet-50 (batch size 64)', 1)": {"null": 2.5},
+            "('ResNet-50 (batch size 64)', 2)": {"null": 4.0},
+            "('LM (batch size 20)', 1)": {"null": 10.0},
+        }
+    }
+    (root / "philly-gavel" / "simulation_throughputs.json").write_text(
+        json.dumps(rates), encoding="utf-8"
+    )
+    helios = root / "helios-vc"
+    helios.mkdir()
+    (helios / "philly_vc.csv").write_text(
+        "vc,node num\n" + "".join(f"{vc},{n}\n" for vc, n in sizes.items()), encoding="utf-8"
+    )
+    zeus = root / "zeus-power"
+    zeus.mkdir()
+    (zeus / "summary_power_v100.csv").write_text(
+        "dataset,network,batch_size,optimizer,power_limit,time_per_epoch,average_power\n"
+        "imagenet,resnet50,64,adadelta,200,10.0,180.5\n"
+        "imagenet,resnet50,64,adadelta,250,9.0,200.25\n"
+        "imagenet,resnet50,64,adam,250,9.0,199.0\n",
+        encoding="utf-8",
+    )
+    return root
