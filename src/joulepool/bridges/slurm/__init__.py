@@ -9,5 +9,5 @@
   (API.md `POST /v1/claims/{id}/release`), graded by what the evidence supports (§2.3, §2.5).
 - `pool slurm status` lists each held job with its Pool reason.
 
-See `docs` in the bridge's README section of `pool slurm --help` and the module docstrings.
+Installing, the mapping file, fail-open/closed and grades: docs/slurm.md.
 """

@@ -48,6 +48,14 @@ _ACCOUNTING_FILES = {
     "/usr/sbin/mariadbd": "mariadb-server",
 }
 CLUSTER = "pooltest"
+_STAND_IN_DEVICES = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/urandom",
+    "/dev/random",
+    "/dev/tty",
+)
 NODE = "localhost"
 PARTITION = "debug"
 
@@ -251,13 +259,15 @@ class Testbed:
 
     def set_job_submit(self, text: str) -> None:
         """Replace job_submit.lua (slurmctld re-reads it when it changes)."""
+        before = int(self.job_submit.stat().st_mtime) if self.job_submit.exists() else 0
         tmp = self.job_submit.with_suffix(".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.chmod(0o644)
         os.replace(tmp, self.job_submit)
-        # The plugin compares modification times in whole seconds: make the change visible.
-        st = self.job_submit.stat()
-        os.utime(self.job_submit, (st.st_atime, st.st_mtime + 1))
+        # The plugin compares modification times in whole seconds: two changes within one
+        # second would look like none, so the new time is always a later whole second.
+        mtime = max(before + 1, int(time.time()) + 1)
+        os.utime(self.job_submit, (mtime, mtime))
 
     @contextlib.contextmanager
     def meter_stopped(self) -> Iterator[None]:
@@ -448,6 +458,9 @@ class Testbed:
                 "AccountingStorageType=accounting_storage/slurmdbd",
                 "AccountingStorageHost=localhost",
                 f"AccountingStoragePort={self.ports['slurmdbd']}",
+                # The accounting connection authenticates apart from AuthInfo: without this
+                # it looks for the system munged's socket, which the testbed does not start.
+                f"AccountingStoragePass={self.munge_socket}",
                 "AccountingStoreFlags=job_comment",
                 "AcctGatherEnergyType=acct_gather_energy/rapl",
                 "AcctGatherNodeFreq=5",
@@ -461,8 +474,16 @@ class Testbed:
         if o.gpus:
             lines.append("GresTypes=gpu")
             gres = f" Gres=gpu:{o.gpus}"
+            # slurmd counts a gpu GRES only from its device files (Count= alone registers 0,
+            # and the node is drained as INVAL). Any character devices do: task/none binds
+            # nothing, so these stand-ins only make the count.
+            if o.gpus > len(_STAND_IN_DEVICES):
+                raise TestbedFailed(
+                    f"at most {len(_STAND_IN_DEVICES)} stand-in GPUs, asked {o.gpus}"
+                )
+            files = ",".join(_STAND_IN_DEVICES[: o.gpus])
             (self.etc / "gres.conf").write_text(
-                f"NodeName={NODE} Name=gpu Count={o.gpus}\n", encoding="utf-8"
+                f"NodeName={NODE} Name=gpu File={files}\n", encoding="utf-8"
             )
         lines += list(o.extra_conf)
         lines += [

@@ -1,0 +1,174 @@
+"""`pool slurm agent`: re-ask Pool for held jobs, release their holds on Admit (§4; API.md).
+
+Each pass:
+1. A job job_submit.lua held (a user hold, priority 0) becomes an administrator's hold
+   (`scontrol hold`, JobHeldAdmin), which its owner cannot release.
+2. When the ledger moved since the last ask (a release frees energy and devices), or a
+   held job is new, or Pool was unreachable, the held jobs are asked again with their
+   original claim, per entitlement in submission order (job id order). The first that is
+   still queued stops its entitlement: a later, smaller job does not overtake it.
+   Admit → the note says admitted, then the hold is released. Deny (the tree changed) →
+   the job stays held with the reason. A claim Pool already admitted (409: the
+   submission's answer was lost to a timeout) is released from its hold as well.
+3. Admitted jobs that ended without a report (cancelled while pending: EpilogSlurmctld does
+   not run for them; or the epilog could not reach Pool) are reported as the epilog would.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from joulepool.bridges.slurm.config import (
+    ADMITTED_STATES,
+    HELD_STATES,
+    BridgeConfig,
+    PoolNote,
+    PoolUnreachable,
+    read_token,
+)
+from joulepool.bridges.slurm.jobs import (
+    TERMINAL,
+    PoolClient,
+    SlurmCommandFailed,
+    SlurmJob,
+    list_jobs,
+    report_job,
+    run_slurm,
+)
+
+FULL_PASS_S = 30.0
+"""Ask every held job again at least this often, whatever the ledger did (a reloaded tree)."""
+
+
+@dataclass
+class Agent:
+    """The agent's state between passes."""
+
+    config: BridgeConfig
+    env: Mapping[str, str]
+    client: PoolClient
+    log: Callable[[str], None] = field(
+        default=lambda line: print(line, file=sys.stderr, flush=True)
+    )
+    last_length: int | None = None
+    last_held: frozenset[int] = frozenset()
+    last_full: float = 0.0
+    reported: set[int] = field(default_factory=set)
+
+    @classmethod
+    def from_config(cls, config: BridgeConfig, env: Mapping[str, str]) -> Agent:
+        """An agent with the configured token (a 10 s HTTP timeout: it stalls nobody)."""
+        return cls(config, env, PoolClient(config.url, read_token(config.token_file), 10.0))
+
+    def scontrol(self, *args: str) -> None:
+        """Run scontrol as this (root) process: holds set here are administrator's holds."""
+        run_slurm(["scontrol", *args], self.env)
+
+    def set_note(self, job: SlurmJob, note: PoolNote) -> None:
+        """Rewrite the job's admin comment."""
+        self.scontrol("update", f"jobid={job.job_id}", f"admincomment={note.format()}")
+
+    def run_pass(self) -> None:
+        """One pass (see the module docstring)."""
+        jobs = [j for j in list_jobs(self.env) if j.note is not None]
+        for job in jobs:
+            if job.state == "PENDING" and job.reason == "JobHeldUser" and _held(job):
+                self.scontrol("hold", str(job.job_id))
+                self.log(f"job {job.job_id}: Pool's hold made an administrator's hold")
+        self._ask_held(jobs)
+        self._report_ended(jobs)
+
+    def _ask_held(self, jobs: list[SlurmJob]) -> None:
+        held = [j for j in jobs if j.state == "PENDING" and j.note is not None and _held(j)]
+        for job in jobs:
+            if job.note is not None and job.note.state == "releasing" and job.state == "PENDING":
+                # Admitted, but the agent stopped before lifting the hold last time.
+                self._admit(job, job.note, "admitted (finishing an interrupted release)")
+        if not held:
+            self.last_held = frozenset()
+            return
+        length = self.client.ledger_length()
+        ids = frozenset(j.job_id for j in held)
+        now = time.monotonic()
+        due = (
+            length != self.last_length
+            or not ids <= self.last_held
+            or any(j.note is not None and j.note.state == "unreachable" for j in held)
+            or now - self.last_full >= FULL_PASS_S
+        )
+        self.last_held = ids
+        if not due:
+            return
+        self.last_length, self.last_full = length, now
+        blocked: set[str] = set()
+        for job in held:
+            note = job.note
+            assert note is not None
+            if note.entitlement in blocked or note.state == "denied":
+                continue
+            if not self._ask(job, note):
+                blocked.add(note.entitlement)
+        # Admits moved the ledger: the next pass need not ask again for that alone.
+        self.last_length = self.client.ledger_length()
+
+    def _ask(self, job: SlurmJob, note: PoolNote) -> bool:
+        """Ask Pool for one held job; True when its entitlement's queue may move on."""
+        answer = self.client.call("POST", "/v1/claims", note.claim_json())
+        if answer.status == 409 and answer.error == "claim_exists":
+            self._admit(job, note, "admitted earlier; its answer had been lost")
+            return True
+        if answer.status != 200:
+            raise PoolUnreachable(
+                f"claim {note.claim}: HTTP {answer.status} {answer.error}: {answer.body.get('detail')}"
+            )
+        verdict, reason = answer.body.get("verdict"), answer.body.get("reason")
+        if verdict == "admit":
+            self._admit(job, note, "admitted")
+            return True
+        if verdict == "deny":
+            self.set_note(job, note.with_state("denied", str(reason)))
+            self.log(f"job {job.job_id}: denied ({reason}); it stays held for its owner to cancel")
+            return True
+        if note.state != "queued" or note.reason != reason:
+            self.set_note(job, note.with_state("queued", str(reason)))
+        return False
+
+    def _admit(self, job: SlurmJob, note: PoolNote, how: str) -> None:
+        # The note says releasing before the hold is lifted and admitted after: a job must
+        # never run with a note the epilog would not report, and a crash in between is
+        # finished by the next pass.
+        self.set_note(job, note.with_state("releasing"))
+        if job.reason in ("JobHeldAdmin", "JobHeldUser"):
+            self.scontrol("release", str(job.job_id))
+        self.set_note(job, note.with_state("admitted"))
+        self.log(f"job {job.job_id}: claim {note.claim} {how}; hold released")
+
+    def _report_ended(self, jobs: list[SlurmJob]) -> None:
+        for job in jobs:
+            note = job.note
+            if job.state not in TERMINAL or note is None or note.state not in ADMITTED_STATES:
+                continue
+            if job.job_id in self.reported:
+                continue
+            state = self.client.call("GET", f"/v1/claims/{note.claim}")
+            if state.status == 200 and state.body.get("state") == "running":
+                report = report_job(job, self.client, self.env)
+                if report is not None:
+                    self.log(f"job {job.job_id}: ended unreported; {report.to_json()}")
+            self.reported.add(job.job_id)
+
+    def run_forever(self, interval_s: float, stop: Callable[[], bool] = lambda: False) -> None:
+        """Pass after pass; Pool or Slurm being away is logged and retried, never fatal."""
+        while not stop():
+            try:
+                self.run_pass()
+            except (PoolUnreachable, SlurmCommandFailed) as exc:
+                self.log(f"pool slurm agent: {exc.code}: {exc}")
+            time.sleep(interval_s)
+
+
+def _held(job: SlurmJob) -> bool:
+    return job.note is not None and job.note.state in HELD_STATES

@@ -1,0 +1,278 @@
+"""The bridge's configuration file, the token file, and the job's admin comment.
+
+One file, `pool-bridge.toml`, is read by both halves of the bridge: by `job_submit.lua`
+inside slurmctld (with a small parser of its own) and by the agent and the epilog here. So
+it keeps to the TOML subset the Lua parser understands, and `read_bridge_config` refuses
+anything outside it, naming the line's key, before slurmctld ever sees it:
+
+    [pool]
+    url = "http://127.0.0.1:7460"            # http only: the Lua side has no TLS
+    token_file = "/etc/slurm/pool-bridge.token"   # readable by SlurmUser only
+    timeout_ms = 500                         # the whole exchange, at submission
+    on_unreachable = "hold"                  # "hold" (fail-closed) or "admit" (fail-open)
+    cluster = "mycluster"                    # part of every claim id
+
+    [accounts]                               # Slurm account = Pool entitlement
+    physics = "vision"
+
+This module and `epilog.py` use the standard library only: the epilog runs as SlurmUser,
+often under the system's Python, where joulepool's dependencies may not be importable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from joulepool.errors import InvalidInput, PoolError
+
+SAFE = re.compile(r"^[A-Za-z0-9_.:@+/-]+$")
+"""What an id may hold to travel in an admin comment: no spaces, no ';' or '=' (the separators)."""
+ACCOUNT = re.compile(r"^[A-Za-z0-9_-]+$")
+"""A Slurm account name as a bare TOML key (the Lua parser also takes quoted keys)."""
+MAX_TIMEOUT_MS = 900
+"""Submission stalls slurmctld for everyone while Pool answers: never a second or more."""
+DEFAULT_TIMEOUT_MS = 500
+ON_UNREACHABLE = ("hold", "admit")
+STATES = ("admitted", "releasing", "queued", "unreachable", "denied", "unaccounted")
+"""Where a job stands with Pool, as its admin comment records it. `releasing`: admitted, and
+the agent is lifting its hold (a crash between the two is finished on the next pass)."""
+ADMITTED_STATES = ("admitted", "releasing")
+HELD_STATES = ("queued", "unreachable", "denied")
+
+
+class BridgeConfigError(InvalidInput):
+    """The bridge's configuration file or token file is missing, malformed or unsafe."""
+
+    code = "bridge_config"
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeConfig:
+    """The parsed `pool-bridge.toml`."""
+
+    path: Path
+    url: str
+    token_file: Path
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    on_unreachable: str = "hold"
+    cluster: str = "slurm"
+    accounts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fail_open(self) -> bool:
+        """Whether a job goes on unaccounted when Pool cannot be reached."""
+        return self.on_unreachable == "admit"
+
+
+_LUA_VALUE = re.compile(r'^(?:"[^"\\]*"|\d+|true|false)\s*(?:#.*)?$')
+_LUA_KEY = re.compile(r'^(?:"[^"]+"|[A-Za-z0-9_-]+)\s*=')
+
+
+def _check_lua_subset(text: str, where: str) -> None:
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if re.fullmatch(r"\[(pool|accounts)\]", line):
+            continue
+        if line.startswith("["):
+            raise BridgeConfigError(
+                f"{where}:{n}", f"unknown table {line}; only [pool] and [accounts]"
+            )
+        key = _LUA_KEY.match(line)
+        if key is None or not _LUA_VALUE.match(line[key.end() :].strip()):
+            raise BridgeConfigError(
+                f"{where}:{n}",
+                'job_submit.lua reads only key = "string without escapes", integers, true/false',
+            )
+
+
+def read_bridge_config(path: Path) -> BridgeConfig:
+    """Read and validate `pool-bridge.toml` (the bridge's side of API.md's client contract)."""
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BridgeConfigError(
+            where, "no such file; `pool slurm install-config` writes one"
+        ) from None
+    except OSError as exc:
+        raise BridgeConfigError(where, f"cannot read: {exc.strerror}") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BridgeConfigError(where, f"not valid TOML: {exc}") from None
+    _check_lua_subset(text, where)
+    extra = sorted(set(doc) - {"pool", "accounts"})
+    if extra:
+        raise BridgeConfigError(f"{where}: {extra[0]}", "unknown table; only [pool] and [accounts]")
+    pool = doc.get("pool", {})
+    known = {"url", "token_file", "timeout_ms", "on_unreachable", "cluster"}
+    extra = sorted(set(pool) - known)
+    if extra:
+        raise BridgeConfigError(
+            f"{where}: pool.{extra[0]}", f"unknown key (known: {', '.join(sorted(known))})"
+        )
+    url = pool.get("url")
+    if not isinstance(url, str) or not re.fullmatch(r"http://[^:/\s]+(:\d+)?/?", url):
+        raise BridgeConfigError(
+            f"{where}: pool.url", "must be http://host[:port] (job_submit.lua speaks plain HTTP)"
+        )
+    token_file = pool.get("token_file")
+    if not isinstance(token_file, str) or not token_file.startswith("/"):
+        raise BridgeConfigError(f"{where}: pool.token_file", "must be an absolute path")
+    timeout = pool.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+    if type(timeout) is not int or not 1 <= timeout <= MAX_TIMEOUT_MS:
+        raise BridgeConfigError(
+            f"{where}: pool.timeout_ms",
+            f"an integer from 1 to {MAX_TIMEOUT_MS}: slurmctld waits this long for everyone",
+        )
+    on_unreachable = pool.get("on_unreachable", "hold")
+    if on_unreachable not in ON_UNREACHABLE:
+        raise BridgeConfigError(
+            f"{where}: pool.on_unreachable", 'must be "hold" (fail-closed) or "admit" (fail-open)'
+        )
+    cluster = pool.get("cluster", "slurm")
+    if not isinstance(cluster, str) or not SAFE.match(cluster):
+        raise BridgeConfigError(f"{where}: pool.cluster", "letters, digits and _.:@+/- only")
+    accounts = doc.get("accounts", {})
+    mapping: dict[str, str] = {}
+    for account, entitlement in accounts.items():
+        if not isinstance(entitlement, str) or not SAFE.match(entitlement):
+            raise BridgeConfigError(
+                f"{where}: accounts.{account}",
+                "an entitlement id of letters, digits and _.:@+/- only",
+            )
+        mapping[account] = entitlement
+    return BridgeConfig(
+        path, url.rstrip("/"), Path(token_file), timeout, on_unreachable, cluster, mapping
+    )
+
+
+def read_token(path: Path) -> str:
+    """The bridge's bearer token, refusing a file other users could read (API.md, Tokens)."""
+    try:
+        st = path.stat()
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BridgeConfigError(str(path), "no such token file") from None
+    except OSError as exc:
+        raise BridgeConfigError(str(path), f"cannot read the token file: {exc.strerror}") from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise BridgeConfigError(
+            str(path),
+            f"mode {stat.S_IMODE(st.st_mode):04o}: must be readable by its owner only (0600)",
+        )
+    token = text.strip()
+    if not token or any(c.isspace() for c in token):
+        raise BridgeConfigError(str(path), "must hold one token on one line")
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class PoolNote:
+    """What the bridge wrote in a job's admin comment: its claim, and where it stands."""
+
+    claim: str
+    entitlement: str
+    gang_size: int
+    devices_per_member: int
+    estimate_uj: int
+    grade: str
+    state: str
+    klass: str | None = None
+    reason: str | None = None
+
+    def claim_json(self) -> dict[str, object]:
+        """The claim as API.md's `POST /v1/claims` takes it (§2.4)."""
+        out: dict[str, object] = {
+            "id": self.claim,
+            "entitlement": self.entitlement,
+            "gang_size": self.gang_size,
+            "devices_per_member": self.devices_per_member,
+            "estimate": {"uj": self.estimate_uj, "grade": self.grade},
+        }
+        if self.klass is not None:
+            out["class"] = self.klass
+        return out
+
+    def with_state(self, state: str, reason: str | None = None) -> PoolNote:
+        """The same claim in another state."""
+        return PoolNote(
+            self.claim,
+            self.entitlement,
+            self.gang_size,
+            self.devices_per_member,
+            self.estimate_uj,
+            self.grade,
+            state,
+            self.klass,
+            reason,
+        )
+
+    def format(self) -> str:
+        """The admin comment text (the same layout job_submit.lua writes)."""
+        parts = [
+            f"pool:claim={self.claim}",
+            f"entitlement={self.entitlement}",
+            f"gang={self.gang_size}",
+            f"per_member={self.devices_per_member}",
+            f"estimate_uj={self.estimate_uj}",
+            f"grade={self.grade}",
+        ]
+        if self.klass is not None:
+            parts.append(f"class={self.klass}")
+        parts.append(f"state={self.state}")
+        if self.reason is not None:
+            parts.append(f"reason={self.reason}")
+        return ";".join(parts)
+
+
+_NOTE_INTS = {"gang": "gang_size", "per_member": "devices_per_member", "estimate_uj": "estimate_uj"}
+
+
+def parse_note(text: str | None) -> PoolNote | None:
+    """The bridge's note in an admin comment, or None when the job is not the bridge's."""
+    if not text or not text.startswith("pool:"):
+        return None
+    fields: dict[str, str] = {}
+    for part in text[len("pool:") :].split(";"):
+        key, sep, value = part.partition("=")
+        if not sep or not SAFE.match(value) or key in fields:
+            return None
+        fields[key] = value
+    needed = {"claim", "entitlement", "gang", "per_member", "estimate_uj", "grade", "state"}
+    if not needed <= set(fields) or fields["state"] not in STATES:
+        return None
+    if not all(fields[k].isdigit() for k in _NOTE_INTS):
+        return None
+    return PoolNote(
+        fields["claim"],
+        fields["entitlement"],
+        int(fields["gang"]),
+        int(fields["per_member"]),
+        int(fields["estimate_uj"]),
+        fields["grade"],
+        fields["state"],
+        fields.get("class"),
+        fields.get("reason"),
+    )
+
+
+def slurm_env(conf: Path | None = None) -> dict[str, str]:
+    """The environment for Slurm's commands (slurmctld does not pass SLURM_CONF to scripts)."""
+    env = dict(os.environ)
+    if conf is not None:
+        env["SLURM_CONF"] = str(conf)
+    return env
+
+
+class PoolUnreachable(PoolError):
+    """`pool serve` did not answer (connection refused, timeout, or not HTTP)."""
+
+    code = "pool_unreachable"

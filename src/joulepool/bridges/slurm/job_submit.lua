@@ -1,0 +1,565 @@
+--[[
+job_submit.lua of the joulepool Slurm bridge: before a job exists, ask `pool serve` whether
+its claim may start (pool/1 §4; API.md POST /v1/claims).
+
+  Admit -> the job goes on (admin comment records the claim, state=admitted)
+  Deny  -> rejected; the submitter sees Pool's reason
+  Queue -> held (priority 0), reason in the admin comment; `pool slurm agent` turns the hold
+           into an administrator's hold (JobHeldAdmin) and releases it once Pool admits it
+  Pool unreachable -> held (fail-closed), or let through unaccounted when the configuration
+           says on_unreachable = "admit" (fail-open)
+
+The claim id is made here, before Slurm has a job id: slurm-<cluster>-<random uuid>. It is
+written into the job's admin comment, which only administrators can change, so the agent
+and the epilog find the same claim whatever the user later does to the job.
+
+Runs inside slurmctld as SlurmUser, while slurmctld holds its job lock: every call to Pool
+has one total deadline (timeout_ms, default 500 ms), never more. Figures stay strings of
+digits from the comment to the JSON: Lua 5.1 numbers are doubles, and microjoules are
+integers (DESIGN.md §2).
+]]
+
+-- `pool slurm install-config` rewrites this line to the installed configuration's path.
+local CONFIG_PATH = "/etc/slurm/pool-bridge.toml"
+
+local NO_VAL = 4294967294
+local NO_VAL16 = 65534
+local SAFE = "^[%w_%.:@%+/%-]+$"
+
+local DENY_TEXT = {
+  unknown_entitlement = "the pool holds no entitlement of that name",
+  empty_gang = "a gang of no members, or of members with no devices, claims nothing",
+  devices_exceed_guarantee = "it asks for more devices than the entitlement is ever guaranteed; devices never borrow",
+  energy_exceeds_limit = "its estimate exceeds the entitlement's hard limit",
+  unobserved_cannot_borrow = "its estimate is a guess (Estimator) larger than the whole guarantee, and a guess may never borrow; measure the work to earn an observed estimate",
+  weight_zero_cannot_borrow = "its estimate is larger than the whole guarantee and the entitlement has no over-quota weight to borrow with",
+  exceeds_weighted_share = "even with every sibling's guarantee unspent, the part it must borrow exceeds its weighted share",
+}
+local QUEUE_TEXT = {
+  devices_held = "the entitlement's devices are held by running claims; it fits once some are released",
+  guarantee_exhausted_may_not_borrow = "the guarantee is spent and this estimate may not borrow (a guess, or no over-quota weight); it fits after a release",
+  limit_reached = "admitting it now would pass the entitlement's hard limit",
+  surplus_insufficient = "the siblings' unspent surplus, or this entitlement's weighted share of it, is too small right now",
+}
+
+-- ---------------------------------------------------------------------------------------
+-- configuration: the TOML subset `pool slurm check-config` guarantees (sections, quoted or
+-- bare keys, "strings" without escapes, integers, comments)
+
+local function read_config(path)
+  local fh, err = io.open(path, "r")
+  if not fh then
+    return nil, "cannot read " .. path .. ": " .. tostring(err)
+  end
+  local cfg = { pool = {}, accounts = {} }
+  local section = nil
+  local n = 0
+  for line in fh:lines() do
+    n = n + 1
+    local s = line:gsub("^%s+", ""):gsub("%s+$", "")
+    if s ~= "" and s:sub(1, 1) ~= "#" then
+      local name = s:match("^%[([%w_]+)%]$")
+      if name then
+        section = cfg[name]
+        if section == nil then
+          fh:close()
+          return nil, path .. ":" .. n .. ": unknown table [" .. name .. "]"
+        end
+      else
+        local key, rest = s:match('^"([^"]+)"%s*=%s*(.-)$')
+        if not key then
+          key, rest = s:match("^([%w_%-]+)%s*=%s*(.-)$")
+        end
+        if not key or section == nil then
+          fh:close()
+          return nil, path .. ":" .. n .. ": not understood"
+        end
+        rest = rest:gsub("%s+#.*$", "")
+        local value = rest:match('^"([^"\\]*)"$') or rest:match("^(%d+)$")
+        if value == nil then
+          value = ({ ["true"] = true, ["false"] = false })[rest]
+        end
+        if value == nil then
+          fh:close()
+          return nil, path .. ":" .. n .. ": value of " .. key .. " not understood"
+        end
+        section[key] = value
+      end
+    end
+  end
+  fh:close()
+  local p = cfg.pool
+  if type(p.url) ~= "string" or type(p.token_file) ~= "string" then
+    return nil, path .. ": [pool] needs url and token_file"
+  end
+  p.host, p.port = p.url:match("^http://([^:/]+):(%d+)/?$")
+  if not p.host then
+    p.host = p.url:match("^http://([^:/]+)/?$")
+    p.port = "80"
+  end
+  if not p.host then
+    return nil, path .. ": [pool] url must be http://host[:port]"
+  end
+  p.timeout = tonumber(p.timeout_ms or "500") / 1000
+  p.fail_open = (p.on_unreachable == "admit")
+  p.cluster = p.cluster or "slurm"
+  return cfg
+end
+
+local function read_token(path)
+  local fh = io.open(path, "r")
+  if not fh then
+    return nil
+  end
+  local token = (fh:read("*l") or ""):gsub("%s+", "")
+  fh:close()
+  if token == "" then
+    return nil
+  end
+  return token
+end
+
+local function new_uuid()
+  local fh = io.open("/proc/sys/kernel/random/uuid", "r")
+  if fh then
+    local u = fh:read("*l")
+    fh:close()
+    if u and u:match("^[%x%-]+$") then
+      return u
+    end
+  end
+  -- No /proc: time and a counter still make an id this controller never repeats.
+  _G.pool_seq = (_G.pool_seq or 0) + 1
+  return string.format("%d-%d-%d", os.time(), math.random(1, 2147483646), _G.pool_seq)
+end
+
+-- ---------------------------------------------------------------------------------------
+-- JSON: just what the API's answers use. Numbers stay strings of digits.
+
+local function json_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    return string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+local decode_value
+
+local function skip(s, i)
+  return s:find("[^%s]", i) or #s + 1
+end
+
+local function decode_string(s, i)
+  local out, j = {}, i + 1
+  while true do
+    local c = s:sub(j, j)
+    if c == "" then
+      error("unterminated string")
+    elseif c == '"' then
+      return table.concat(out), j + 1
+    elseif c == "\\" then
+      local e = s:sub(j + 1, j + 1)
+      local map = { n = "\n", t = "\t", r = "\r", b = "\b", f = "\f" }
+      if e == "u" then
+        local code = tonumber(s:sub(j + 2, j + 5), 16) or 63
+        out[#out + 1] = code < 128 and string.char(code) or "?"
+        j = j + 6
+      else
+        out[#out + 1] = map[e] or e
+        j = j + 2
+      end
+    else
+      out[#out + 1] = c
+      j = j + 1
+    end
+  end
+end
+
+decode_value = function(s, i)
+  i = skip(s, i)
+  local c = s:sub(i, i)
+  if c == "{" then
+    local obj = {}
+    i = skip(s, i + 1)
+    if s:sub(i, i) == "}" then
+      return obj, i + 1
+    end
+    while true do
+      local key
+      key, i = decode_string(s, skip(s, i))
+      i = skip(s, i)
+      if s:sub(i, i) ~= ":" then
+        error("expected ':'")
+      end
+      obj[key], i = decode_value(s, i + 1)
+      i = skip(s, i)
+      local d = s:sub(i, i)
+      if d == "}" then
+        return obj, i + 1
+      elseif d ~= "," then
+        error("expected ',' or '}'")
+      end
+      i = i + 1
+    end
+  elseif c == "[" then
+    local arr = {}
+    i = skip(s, i + 1)
+    if s:sub(i, i) == "]" then
+      return arr, i + 1
+    end
+    while true do
+      arr[#arr + 1], i = decode_value(s, i)
+      i = skip(s, i)
+      local d = s:sub(i, i)
+      if d == "]" then
+        return arr, i + 1
+      elseif d ~= "," then
+        error("expected ',' or ']'")
+      end
+      i = i + 1
+    end
+  elseif c == '"' then
+    return decode_string(s, i)
+  end
+  local lit = s:match("^-?[%d%.eE+%-]+", i)
+  if lit then
+    return lit, i + #lit
+  end
+  for word, value in pairs({ ["true"] = true, ["false"] = false, ["null"] = "null" }) do
+    if s:sub(i, i + #word - 1) == word then
+      return value, i + #word
+    end
+  end
+  error("unexpected character at " .. i)
+end
+
+local function json_decode(s)
+  local ok, value = pcall(decode_value, s, 1)
+  if ok and type(value) == "table" then
+    return value
+  end
+  return nil
+end
+
+-- ---------------------------------------------------------------------------------------
+-- HTTP/1.0 over LuaSocket with one deadline for the whole exchange
+
+local function post(p, token, path, body)
+  local ok, socket = pcall(require, "socket")
+  if not ok then
+    return nil, "lua-socket is not installed on the controller"
+  end
+  local deadline = socket.gettime() + p.timeout
+  local function left()
+    return math.max(0.001, deadline - socket.gettime())
+  end
+  local conn = socket.tcp()
+  conn:settimeout(left(), "t")
+  local okc, err = conn:connect(p.host, tonumber(p.port))
+  if not okc then
+    conn:close()
+    return nil, "connect to " .. p.url .. ": " .. tostring(err)
+  end
+  local request = "POST " .. path .. " HTTP/1.0\r\n"
+    .. "Host: " .. p.host .. "\r\n"
+    .. "Authorization: Bearer " .. token .. "\r\n"
+    .. "Content-Type: application/json\r\n"
+    .. "Content-Length: " .. #body .. "\r\n"
+    .. "Connection: close\r\n\r\n" .. body
+  conn:settimeout(left(), "t")
+  local sent, serr = conn:send(request)
+  if not sent then
+    conn:close()
+    return nil, "send to " .. p.url .. ": " .. tostring(serr)
+  end
+  conn:settimeout(left(), "t")
+  local data, rerr, partial = conn:receive("*a")
+  conn:close()
+  data = data or partial
+  if rerr and rerr ~= "closed" then
+    return nil, "no answer from " .. p.url .. " within " .. p.timeout_ms_text .. ": " .. tostring(rerr)
+  end
+  local status = tonumber((data or ""):match("^HTTP/%d%.%d (%d%d%d)"))
+  if not status then
+    return nil, "no HTTP answer from " .. p.url
+  end
+  local answer = json_decode(data:match("\r\n\r\n(.*)$") or "")
+  if answer == nil then
+    return nil, "HTTP " .. status .. " without a JSON body from " .. p.url
+  end
+  return status, answer
+end
+
+-- ---------------------------------------------------------------------------------------
+-- the job's claim
+
+local function set(v, none)
+  return v ~= nil and v ~= none
+end
+
+local function gpus_in(tres)
+  -- "gres:gpu:2", "gres:gpu:a100:2", "gres/gpu=2"; several comma-separated entries may be given
+  if tres == nil then
+    return nil
+  end
+  local total = nil
+  for entry in tostring(tres):gmatch("[^,]+") do
+    local count = entry:match("^gres[:/]gpu[:=](%d+)$") or entry:match("^gres[:/]gpu:[^:,]+:(%d+)$")
+    if entry:match("^gres[:/]gpu") and not count then
+      count = "1"
+    end
+    if count then
+      total = (total or 0) + tonumber(count)
+    end
+  end
+  return total
+end
+
+local function ceil_div(a, b)
+  return math.floor((a + b - 1) / b)
+end
+
+-- gang_size: the job's nodes; devices_per_member: GPUs per node, or CPUs per node where the
+-- job asks for no GPU (the gang's figures describe the whole gang, §2.4).
+local function devices(job_desc)
+  local gang = 1
+  if set(job_desc.min_nodes, NO_VAL) and job_desc.min_nodes > 0 then
+    gang = job_desc.min_nodes
+  end
+  local per_node = gpus_in(job_desc.tres_per_node)
+  if per_node == nil and job_desc.tres_per_job then
+    local total = gpus_in(job_desc.tres_per_job)
+    if total then
+      per_node = ceil_div(total, gang)
+    end
+  end
+  if per_node == nil and job_desc.tres_per_task then
+    local per_task = gpus_in(job_desc.tres_per_task)
+    if per_task then
+      local tasks = set(job_desc.num_tasks, NO_VAL) and job_desc.num_tasks or 1
+      per_node = per_task * ceil_div(tasks, gang)
+    end
+  end
+  if per_node ~= nil then
+    return gang, per_node, "gpu"
+  end
+  local cpus = 1
+  if set(job_desc.min_cpus, NO_VAL) and job_desc.min_cpus > 0 then
+    cpus = ceil_div(job_desc.min_cpus, gang)
+  end
+  if set(job_desc.pn_min_cpus, NO_VAL16) and job_desc.pn_min_cpus > cpus then
+    cpus = job_desc.pn_min_cpus
+  end
+  local per_task = set(job_desc.cpus_per_task, NO_VAL16) and job_desc.cpus_per_task or 1
+  if set(job_desc.ntasks_per_node, NO_VAL16) and job_desc.ntasks_per_node * per_task > cpus then
+    cpus = job_desc.ntasks_per_node * per_task
+  end
+  return gang, cpus, "cpu"
+end
+
+-- --comment=pool:estimate_uj=N,grade=G,class=C (anywhere in the comment, up to a space or ';')
+local function parse_comment(comment)
+  local spec = (comment or ""):match("pool:([^%s;]*)")
+  if spec == nil then
+    return {}
+  end
+  local out = {}
+  for pair in spec:gmatch("[^,]+") do
+    local k, v = pair:match("^([%w_]+)=(.+)$")
+    if not k then
+      return nil, "--comment: '" .. pair .. "' is not key=value (pool:estimate_uj=N,grade=G,class=C)"
+    end
+    if k == "estimate_uj" then
+      if not v:match("^%d+$") or #v > 18 then
+        return nil, "--comment: estimate_uj must be a whole number of microjoules, got '" .. v .. "'"
+      end
+      v = v:gsub("^0+(%d)", "%1")
+    elseif k == "grade" then
+      if v ~= "Estimator" and v ~= "ModelBased" then
+        return nil, "--comment: grade must be Estimator or ModelBased (an estimate is a prediction, never a HwShunt reading), got '" .. v .. "'"
+      end
+    elseif k == "class" then
+      if not v:match(SAFE) then
+        return nil, "--comment: class may hold letters, digits and _.:@+/- only, got '" .. v .. "'"
+      end
+    else
+      return nil, "--comment: unknown key '" .. k .. "' (known: estimate_uj, grade, class)"
+    end
+    if out[k] then
+      return nil, "--comment: " .. k .. " given twice"
+    end
+    out[k] = v
+  end
+  if out.grade and not out.estimate_uj then
+    return nil, "--comment: grade without estimate_uj"
+  end
+  return out
+end
+
+local function admin_comment(c, state, reason)
+  local parts = {
+    "pool:claim=" .. c.id,
+    "entitlement=" .. c.entitlement,
+    "gang=" .. c.gang,
+    "per_member=" .. c.per_member,
+    "estimate_uj=" .. c.estimate_uj,
+    "grade=" .. c.grade,
+  }
+  if c.class then
+    parts[#parts + 1] = "class=" .. c.class
+  end
+  parts[#parts + 1] = "state=" .. state
+  if reason then
+    parts[#parts + 1] = "reason=" .. reason
+  end
+  return table.concat(parts, ";")
+end
+
+local function claim_json(c)
+  local s = '{"id":' .. json_string(c.id) .. ',"entitlement":' .. json_string(c.entitlement)
+    .. ',"gang_size":' .. c.gang .. ',"devices_per_member":' .. c.per_member
+    .. ',"estimate":{"uj":' .. c.estimate_uj .. ',"grade":' .. json_string(c.grade) .. "}"
+  if c.class then
+    s = s .. ',"class":' .. json_string(c.class)
+  end
+  return s .. "}"
+end
+
+local function hold(job_desc, c, state, reason, message)
+  job_desc.priority = 0
+  job_desc.admin_comment = admin_comment(c, state, reason)
+  slurm.log_user("Pool: job held: " .. message)
+  slurm.log_info("pool bridge: claim %s held (%s)", c.id, reason)
+  return slurm.SUCCESS
+end
+
+local function unreachable(job_desc, p, c, why)
+  slurm.log_error("pool bridge: Pool unreachable for claim %s: %s", c.id, why)
+  if p.fail_open then
+    job_desc.admin_comment = admin_comment(c, "unaccounted", "pool_unreachable")
+    slurm.log_user("Pool: unreachable (" .. why .. "); the job goes on unaccounted (fail-open)")
+    return slurm.SUCCESS
+  end
+  return hold(job_desc, c, "unreachable", "pool_unreachable",
+    "Pool is unreachable (" .. why .. "); the job waits until Pool answers (fail-closed)")
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local cfg, cerr = read_config(CONFIG_PATH)
+  if not cfg then
+    slurm.log_error("pool bridge: %s", cerr)
+    slurm.log_user("Pool bridge misconfigured (" .. cerr .. "); ask your administrator")
+    return slurm.ERROR
+  end
+  local p = cfg.pool
+  p.timeout_ms_text = tostring(math.floor(p.timeout * 1000)) .. " ms"
+
+  local account = job_desc.account or job_desc.default_account
+  if account == nil or account == "" then
+    slurm.log_user("Pool: the job names no account (-A/--account); Pool maps accounts to entitlements")
+    return slurm.ERROR
+  end
+  local entitlement = cfg.accounts[account]
+  if type(entitlement) ~= "string" then
+    slurm.log_user("Pool: account '" .. account .. "' is not mapped to a Pool entitlement in "
+      .. CONFIG_PATH .. "; ask your administrator to map it")
+    return slurm.ERROR
+  end
+
+  local want, perr = parse_comment(job_desc.comment)
+  if not want then
+    slurm.log_user("Pool: " .. perr)
+    return slurm.ERROR
+  end
+  local gang, per_member = devices(job_desc)
+  local c = {
+    id = "slurm-" .. p.cluster .. "-" .. new_uuid(),
+    entitlement = entitlement,
+    gang = tostring(gang),
+    per_member = tostring(per_member),
+    class = want.class,
+  }
+  local token = read_token(p.token_file)
+  if token == nil then
+    slurm.log_error("pool bridge: cannot read the token file %s", p.token_file)
+    c.estimate_uj, c.grade = want.estimate_uj or "0", want.grade or "Estimator"
+    return unreachable(job_desc, p, c, "the bridge's token file is unreadable")
+  end
+
+  if want.estimate_uj then
+    c.estimate_uj, c.grade = want.estimate_uj, want.grade or "Estimator"
+  elseif want.class then
+    -- §2.6: the estimate this entitlement's own history earned for the class.
+    local body = '{"class":' .. json_string(want.class) .. ',"entitlement":' .. json_string(entitlement) .. "}"
+    local status, answer = post(p, token, "/v1/estimates", body)
+    if status == nil then
+      c.estimate_uj, c.grade = "0", "Estimator"
+      return unreachable(job_desc, p, c, answer)
+    end
+    if status ~= 200 then
+      c.estimate_uj, c.grade = "0", "Estimator"
+      return unreachable(job_desc, p, c, "HTTP " .. status .. " " .. tostring(answer.error))
+    end
+    if type(answer.estimate) ~= "table" then
+      slurm.log_user("Pool: no estimate for class '" .. want.class .. "': " .. tostring(answer.declined)
+        .. " (" .. tostring(answer.observations) .. " observations, " .. tostring(answer.evidence)
+        .. " evidence); give --comment=pool:estimate_uj=N")
+      return slurm.ERROR
+    end
+    c.estimate_uj, c.grade = answer.estimate.uj, answer.estimate.grade
+  else
+    slurm.log_user("Pool: the job carries no energy estimate; give --comment=pool:estimate_uj=N[,grade=ModelBased][,class=C] or --comment=pool:class=C for a class with earned history")
+    return slurm.ERROR
+  end
+
+  local status, answer = post(p, token, "/v1/claims", claim_json(c))
+  if status == nil then
+    return unreachable(job_desc, p, c, answer)
+  end
+  if status == 422 then
+    slurm.log_user("Pool refused the claim as invalid: " .. tostring(answer.detail))
+    return slurm.ERROR
+  end
+  if status ~= 200 then
+    return unreachable(job_desc, p, c, "HTTP " .. status .. " " .. tostring(answer.error) .. ": " .. tostring(answer.detail))
+  end
+  if answer.verdict == "admit" then
+    job_desc.admin_comment = admin_comment(c, "admitted", nil)
+    slurm.log_info("pool bridge: claim %s admitted", c.id)
+    return slurm.SUCCESS
+  elseif answer.verdict == "queue" then
+    local reason = tostring(answer.reason)
+    return hold(job_desc, c, "queued", reason,
+      "queued (" .. reason .. "): " .. (QUEUE_TEXT[reason] or reason))
+  end
+  local reason = tostring(answer.reason)
+  slurm.log_user("Pool denied the job (" .. reason .. "): " .. (DENY_TEXT[reason] or reason))
+  return slurm.ERROR
+end
+
+local HELD = { queued = true, unreachable = true, denied = true }
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if modify_uid == 0 then
+    return slurm.SUCCESS
+  end
+  local state = (job_rec.admin_comment or ""):match("^pool:.*;state=([%w_]+)")
+  if state == nil then
+    return slurm.SUCCESS
+  end
+  -- The owner may not lift Pool's hold: before the agent turns it into an administrator's
+  -- hold it is a user hold, which Slurm would let the owner release.
+  if HELD[state] and set(job_desc.priority, NO_VAL) then
+    slurm.log_user("Pool holds this job (" .. state .. "); it is released when Pool admits it")
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  -- Pool decided the claim for the job as submitted.
+  if job_desc.account ~= nil or set(job_desc.min_nodes, NO_VAL) or job_desc.tres_per_node ~= nil
+    or job_desc.tres_per_job ~= nil or job_desc.tres_per_task ~= nil or set(job_desc.min_cpus, NO_VAL) then
+    slurm.log_user("Pool admitted this job as submitted; cancel and resubmit to change its account, nodes, GPUs or CPUs")
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  return slurm.SUCCESS
+end
+
+slurm.log_info("pool bridge: job_submit.lua loaded")
+return slurm.SUCCESS

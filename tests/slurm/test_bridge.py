@@ -1,0 +1,272 @@
+"""End to end: real slurmctld, slurmd, slurmdbd and munge, a real `pool serve`, real sbatch.
+
+The deployment is `pool init`'s example tree: under `research`, vision (50 MJ, 8 devices),
+language (30 MJ, 4 devices, limit 60 MJ) and robotics (20 MJ, 4 devices). Slurm accounts
+phys, ling and robo map to them. The node has 8 CPUs and 4 GPUs; the simulated RAPL meter
+draws 100 W.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from joulepool.deployment import MJ
+from tests.slurm.bridge import Bridge, note_of, start_bridge, summary_ms
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+WAIT_FOR_GO = "while [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done"
+
+
+@pytest.fixture(scope="module")
+def bridge() -> Iterator[Bridge]:
+    b = start_bridge()
+    try:
+        yield b
+    finally:
+        b.close()
+        shutil.rmtree(b.root, ignore_errors=True)
+
+
+def go(bridge: Bridge, job_id: int) -> None:
+    """Let a job that waits for its go file finish."""
+    (bridge.bed.root / "jobs" / f"go-{job_id}").touch()
+
+
+def test_job_inside_its_guarantee_runs_and_its_energy_reaches_the_ledger(bridge: Bridge) -> None:
+    job_id = bridge.submit(
+        "-A", "phys", "--comment=pool:estimate_uj=1000000000,grade=ModelBased", "--wrap", "sleep 1"
+    )
+    done = bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")
+    note = note_of(done)
+    assert note.state == "admitted"
+    assert note.claim.startswith("slurm-pooltest-")
+    assert (note.entitlement, note.gang_size, note.devices_per_member) == ("vision", 1, 1)
+    state = bridge.wait_released(note.claim)
+    # A shared node: the node-wide counter's figure is a split, ModelBased, never HwShunt (§2.5).
+    assert state["actual"]["grade"] == "ModelBased"
+    assert state["actual"]["uj"] > 0 and state["actual"]["uj"] % 1_000_000 == 0
+
+
+def test_exclusive_job_is_graded_hwshunt_and_gpus_make_the_devices(bridge: Bridge) -> None:
+    job_id = bridge.submit(
+        "-A",
+        "phys",
+        "--exclusive",
+        "--gres=gpu:2",
+        "--comment=pool:estimate_uj=1000000000,grade=ModelBased,class=train",
+        "--wrap",
+        "sleep 2",
+    )
+    done = bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")
+    note = note_of(done)
+    assert (note.gang_size, note.devices_per_member, note.klass) == (1, 2, "train")
+    actual = bridge.wait_released(note.claim)["actual"]
+    assert actual["grade"] == "HwShunt"
+    # About 100 W for about 2 s, read at the meter's resolution: joules, in µJ.
+    assert 50 * 1_000_000 <= actual["uj"] <= 2_000 * 1_000_000
+
+
+def test_job_with_no_energy_figure_is_charged_its_reservation_as_estimator(bridge: Bridge) -> None:
+    with bridge.bed.meter_stopped():
+        job_id = bridge.submit(
+            "-A",
+            "phys",
+            "--comment=pool:estimate_uj=7000000000,grade=ModelBased",
+            "--wrap",
+            "sleep 1",
+        )
+        done = bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")
+        state = bridge.wait_released(note_of(done).claim)
+    assert state["actual"] == {"uj": 7_000_000_000, "grade": "Estimator"}
+
+
+def test_guess_that_must_borrow_is_held_then_runs_after_a_release(bridge: Bridge) -> None:
+    big = bridge.submit(
+        "-A",
+        "robo",
+        f"--comment=pool:estimate_uj={15 * MJ},grade=ModelBased",
+        "--wrap",
+        WAIT_FOR_GO,
+    )
+    bridge.wait_job(big, lambda j: j.state == "RUNNING")
+    submitted = bridge.sbatch(
+        "-A", "robo", f"--comment=pool:estimate_uj={10 * MJ}", "--wrap", "sleep 1"
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    assert "guarantee_exhausted_may_not_borrow" in submitted.stderr
+    guess = int(submitted.stdout.strip())
+
+    held = bridge.wait_job(guess, lambda j: j.reason == "JobHeldAdmin")
+    assert held.state == "PENDING"
+    assert (note_of(held).state, note_of(held).reason) == (
+        "queued",
+        "guarantee_exhausted_may_not_borrow",
+    )
+    # Its owner cannot lift Pool's hold.
+    lifted = bridge.bed.run(["scontrol", "release", str(guess)], user="nobody")
+    assert lifted.returncode != 0
+    status = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "joulepool",
+            "slurm",
+            "status",
+            "--json",
+        ],
+        env=bridge.bed.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = {r["job"]: r for r in json.loads(status.stdout)["held"]}
+    assert rows[guess]["pool_reason"] == "guarantee_exhausted_may_not_borrow"
+    assert rows[guess]["slurm_reason"] == "JobHeldAdmin"
+    time.sleep(1)
+    assert bridge.job(guess).state == "PENDING"
+
+    go(bridge, big)
+    ran = bridge.wait_job(guess, lambda j: j.state == "COMPLETED", timeout_s=45)
+    assert note_of(ran).state == "admitted"
+    assert bridge.claim(note_of(ran).claim)["reserved"] == {"uj": 10 * MJ, "grade": "Estimator"}
+
+
+def test_impossible_jobs_are_rejected_with_pools_reason(bridge: Bridge) -> None:
+    too_many = bridge.sbatch(
+        "-A", "robo", "-n", "6", "--comment=pool:estimate_uj=1000", "--wrap", "true"
+    )
+    assert too_many.returncode != 0
+    assert "devices_exceed_guarantee" in too_many.stderr
+    assert "devices never borrow" in too_many.stderr
+
+    guess = bridge.sbatch("-A", "robo", f"--comment=pool:estimate_uj={25 * MJ}", "--wrap", "true")
+    assert guess.returncode != 0
+    assert "unobserved_cannot_borrow" in guess.stderr
+
+    unmapped = bridge.sbatch("-A", "chem", "--comment=pool:estimate_uj=1000", "--wrap", "true")
+    assert unmapped.returncode != 0
+    assert "account 'chem' is not mapped" in unmapped.stderr
+
+    no_estimate = bridge.sbatch("-A", "phys", "--wrap", "true")
+    assert no_estimate.returncode != 0
+    assert "no energy estimate" in no_estimate.stderr
+
+    bad = bridge.sbatch("-A", "phys", "--comment=pool:estimate_uj=1.5", "--wrap", "true")
+    assert bad.returncode != 0
+    assert "estimate_uj must be a whole number" in bad.stderr
+
+    unearned = bridge.sbatch("-A", "phys", "--comment=pool:class=never-seen", "--wrap", "true")
+    assert unearned.returncode != 0
+    assert "insufficient_evidence" in unearned.stderr
+
+
+def test_pool_down_holds_the_job_until_pool_answers(bridge: Bridge) -> None:
+    bridge.stop_pool()
+    try:
+        t0 = time.monotonic()
+        submitted = bridge.sbatch(
+            "-A", "ling", "--comment=pool:estimate_uj=1000000,grade=ModelBased", "--wrap", "sleep 1"
+        )
+        took = time.monotonic() - t0
+        assert submitted.returncode == 0, submitted.stderr
+        assert "unreachable" in submitted.stderr
+        job_id = int(submitted.stdout.strip())
+        held = bridge.wait_job(job_id, lambda j: j.reason == "JobHeldAdmin")
+        assert (note_of(held).state, note_of(held).reason) == ("unreachable", "pool_unreachable")
+        time.sleep(1.5)
+        assert bridge.job(job_id).state == "PENDING"
+        assert took < 10
+
+        # Fail-open, only when configured: the job runs, unaccounted.
+        bridge.set_config(on_unreachable='"admit"')
+        try:
+            opened = bridge.submit(
+                "-A", "ling", "--comment=pool:estimate_uj=1000000", "--wrap", "true"
+            )
+            ran = bridge.wait_job(opened, lambda j: j.state == "COMPLETED")
+            assert note_of(ran).state == "unaccounted"
+        finally:
+            bridge.set_config(on_unreachable='"hold"')
+    finally:
+        bridge.start_pool()
+    ran = bridge.wait_job(job_id, lambda j: j.state == "COMPLETED", timeout_s=45)
+    assert bridge.wait_released(note_of(ran).claim)["actual"]["grade"] == "ModelBased"
+
+
+def test_estimate_earned_from_the_ledgers_history(bridge: Bridge) -> None:
+    # Three measured runs of class "etl" in vision are the evidence (§2.6, default 3).
+    ids = [
+        bridge.submit(
+            "-A",
+            "phys",
+            "--comment=pool:estimate_uj=1000000000,grade=ModelBased,class=etl",
+            "--wrap",
+            "sleep 1",
+        )
+        for _ in range(3)
+    ]
+    for job_id in ids:
+        bridge.wait_released(
+            note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")).claim
+        )
+    job_id = bridge.submit("-A", "phys", "--comment=pool:class=etl", "--wrap", "true")
+    note = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
+    assert note.grade == "ModelBased" and note.klass == "etl"
+    assert note.estimate_uj > 0
+
+
+def test_sbatch_time_added_by_the_bridge(
+    bridge: Bridge, record_property: Callable[[str, object], None]
+) -> None:
+    """The figure for the note: sbatch with the bridge against sbatch with a no-op script."""
+    from joulepool.bridges.slurm.install import shipped_lua
+    from joulepool.bridges.slurm.testbed import NOOP_JOB_SUBMIT
+
+    bridged_lua = bridge.bed.job_submit.read_text()
+    args = (
+        "-A",
+        "phys",
+        "--hold",
+        "--comment=pool:estimate_uj=1,grade=ModelBased",
+        "--wrap",
+        "true",
+    )
+    n = 40
+
+    def timed(bridged: bool) -> list[float]:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            job_id = bridge.submit(*args, user="root")
+            out.append(time.perf_counter() - t0)
+            assert (bridge.job(job_id).note is not None) == bridged
+        return out
+
+    assert "CONFIG_PATH" in shipped_lua()
+    bridge.bed.set_job_submit(NOOP_JOB_SUBMIT)
+    bridge.submit(*args, user="root")  # the first submission after a change reloads the script
+    try:
+        plain = timed(False)
+    finally:
+        bridge.bed.set_job_submit(bridged_lua)
+    bridge.submit(*args, user="root")
+    bridged = timed(True)
+    bridge.bed.run(["scancel", "--quiet", "--state=PENDING", "--user=root"])
+    figures = {"noop": summary_ms(plain), "bridge": summary_ms(bridged)}
+    added = {
+        "median_ms": round(figures["bridge"]["median_ms"] - figures["noop"]["median_ms"], 1),
+        "p99_ms": round(figures["bridge"]["p99_ms"] - figures["noop"]["p99_ms"], 1),
+    }
+    figures["added"] = added
+    record_property("sbatch_overhead", figures)
+    print("sbatch overhead:", json.dumps(figures))
+    # Well under the submission deadline (900 ms here), which bounds it by construction.
+    assert figures["bridge"]["median_ms"] - figures["noop"]["median_ms"] < 500
