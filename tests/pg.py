@@ -204,6 +204,15 @@ class PgServer:
         if mode == "kill":
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
+            # Backends outlive the postmaster for a moment, holding its shared memory: a start
+            # before they are gone fails with "pre-existing shared memory block".
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    os.killpg(self._proc.pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.02)
             # A killed postmaster leaves its pid file; the next start must not mistake it.
             with contextlib.suppress(FileNotFoundError):
                 (self.data / "postmaster.pid").unlink()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from joulepool.admission import Admit, Verdict, decide
 from joulepool.claim import Claim
-from joulepool.errors import ClaimError, PoolError, StoreError
+from joulepool.errors import ClaimError, InvalidInput, PoolError, StoreError
 from joulepool.estimate import Declined, Derived, derive_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
@@ -291,8 +291,11 @@ class Pool:
                     for req in batch:
                         try:
                             sealed = self._decide_one(req)
-                        except ClaimError as exc:
-                            req.error = exc
+                        except (ClaimError, InvalidInput) as exc:
+                            # One request that cannot be sealed (an id too long for an
+                            # entry, a figure past CBOR's range) fails alone: it changed
+                            # nothing, and the others in its group commit still stand.
+                            req.error, req.result = exc, None
                             continue
                         if sealed is not None:
                             raws.append(sealed)
