@@ -64,6 +64,18 @@ class Serve:
         return self.log.read_text(errors="replace")
 
 
+def pool_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The `pool` command line, as an operator runs it: a real process, no standard input."""
+    return subprocess.run(
+        [sys.executable, "-m", "joulepool", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
 def start_serve(folder: Path, *extra: str, wait: bool = True, port: int | None = None) -> Serve:
     """Start `pool serve` on a free port and wait until /readyz says ready."""
     port = port or free_port()

@@ -247,6 +247,16 @@ class EntitlementUsage:
         """How far spending is past the guarantee: the borrowed part (DESIGN.md §3)."""
         return max(0, self.spent_uj - guarantee_uj)
 
+    def to_json(self, guarantee_uj: int) -> dict[str, int]:
+        """The API.md `usage` object, against the entitlement's energy guarantee (§2.2)."""
+        return {
+            "spent_uj": self.spent_uj,
+            "reserved_uj": self.reserved_uj,
+            "borrowed_uj": self.borrowed_uj(guarantee_uj),
+            "held_devices": self.held_devices,
+            "running_claims": self.running_claims,
+        }
+
 
 class Usage:
     """What every entitlement has spent and holds, against one tree (§2.1, §2.2, §6.1).

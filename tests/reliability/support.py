@@ -242,13 +242,7 @@ def usage_matches(replayer: Replayer, reported: list[dict[str, Any]]) -> None:
     assert set(by_id) == {e.id for e in tree}
     for ent in tree:
         fig = replayer.state.usage.of(ent.id)
-        assert by_id[ent.id] == {
-            "spent_uj": fig.spent_uj,
-            "reserved_uj": fig.reserved_uj,
-            "borrowed_uj": fig.borrowed_uj(ent.guarantee_uj),
-            "held_devices": fig.held_devices,
-            "running_claims": fig.running_claims,
-        }, ent.id
+        assert by_id[ent.id] == fig.to_json(ent.guarantee_uj), ent.id
 
 
 def roomy(deployment_folder: Path, devices: int = 64) -> Tree:

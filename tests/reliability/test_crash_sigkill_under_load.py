@@ -20,8 +20,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -46,23 +44,11 @@ from tests.reliability.support import (
     roomy,
     usage_matches,
 )
-from tests.servers import Deployment, Serve, start_serve
+from tests.servers import Deployment, Serve, pool_cli, start_serve
 
 ROUNDS = int(os.environ.get("JOULEPOOL_CRASH_ROUNDS", "20"))
 CLIENTS = 6
 TORN_EVERY = 4  # one round in four also leaves a torn final write, as a power cut would
-
-
-def pool_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The `pool` command line, as an operator runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "joulepool", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
 
 
 def tear(folder: Path, rng: random.Random, label: str) -> int:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,20 +19,9 @@ from joulepool.deployment import KEY, LEDGER, PUBLIC_KEY, TOKENS
 from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
 from joulepool.service.tokens import add_token
 from tests.reliability.support import MJ, Figures
-from tests.servers import Deployment, Serve, start_serve
+from tests.servers import Deployment, Serve, pool_cli, start_serve
 
 _figures = Figures("keys_and_tokens")
-
-
-def pool_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "joulepool", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
 
 
 def claim(cid: str, ent: str) -> dict[str, object]:

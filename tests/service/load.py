@@ -89,13 +89,7 @@ def check_ledger(
     replayer = replay_with_oracle(entries, tree, key.kid, key.public_key)
     for ent in tree:
         fig = replayer.state.usage.of(ent.id)
-        assert reported[ent.id] == {
-            "spent_uj": fig.spent_uj,
-            "reserved_uj": fig.reserved_uj,
-            "borrowed_uj": fig.borrowed_uj(ent.guarantee_uj),
-            "held_devices": fig.held_devices,
-            "running_claims": fig.running_claims,
-        }, ent.id
+        assert reported[ent.id] == fig.to_json(ent.guarantee_uj), ent.id
         assert fig.held_devices <= ent.guarantee_devices
     cores = [open_envelope(e).core for e in entries]
     at = {c["claim"]: i for i, c in enumerate(cores) if c["event"] == "admitted"}

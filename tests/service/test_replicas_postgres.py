@@ -6,8 +6,6 @@ admissions, and each replica reports exactly the usage that ledger replays to.""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from joulepool.deployment import CONFIG, read_config
 from joulepool.ledger.keys import load_key_file
 from joulepool.ledger.operations import split_ledger
 from tests.pg import pg_dsn, pg_ledger, pg_server
-from tests.servers import Deployment, Serve, start_serve
+from tests.servers import Deployment, Serve, pool_cli, start_serve
 from tests.service.load import check_ledger, drive
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_server"]
@@ -26,16 +24,6 @@ pytestmark = pytest.mark.postgres
 
 CLIENTS = 12
 OPS_PER_CLIENT = 40
-
-
-def pool_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "joulepool", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture

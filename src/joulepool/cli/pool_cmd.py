@@ -129,22 +129,10 @@ def _release(args: argparse.Namespace) -> int:
 
 def usage_rows(pool: Pool) -> list[dict[str, Any]]:
     """Every entitlement's guarantees and usage (API.md figures)."""
-    rows = []
-    for ent in pool.tree:
-        fig = pool.usage_of(ent.id)
-        rows.append(
-            {
-                **ent.to_json(),
-                "usage": {
-                    "spent_uj": fig.spent_uj,
-                    "reserved_uj": fig.reserved_uj,
-                    "borrowed_uj": fig.borrowed_uj(ent.guarantee_uj),
-                    "held_devices": fig.held_devices,
-                    "running_claims": fig.running_claims,
-                },
-            }
-        )
-    return rows
+    return [
+        {**ent.to_json(), "usage": pool.usage_of(ent.id).to_json(ent.guarantee_uj)}
+        for ent in pool.tree
+    ]
 
 
 def _usage(args: argparse.Namespace) -> int:

@@ -273,17 +273,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
 
     def entitlement_json(pool: Pool, node: str) -> dict[str, Any]:
         ent = pool.tree[node]
-        fig = pool.usage_of(node)
-        return {
-            **ent.to_json(),
-            "usage": {
-                "spent_uj": fig.spent_uj,
-                "reserved_uj": fig.reserved_uj,
-                "borrowed_uj": fig.borrowed_uj(ent.guarantee_uj),
-                "held_devices": fig.held_devices,
-                "running_claims": fig.running_claims,
-            },
-        }
+        return {**ent.to_json(), "usage": pool.usage_of(node).to_json(ent.guarantee_uj)}
 
     @app.get(
         "/v1/entitlements",
