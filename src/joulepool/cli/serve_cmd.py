@@ -61,6 +61,28 @@ def build_service(
     return Service(opener, tokens, folder / WITNESSES)
 
 
+def _tune_collector(service: Any) -> None:
+    """Keep the cyclic garbage collector out of the admission path's tail latency.
+
+    Each request leaves a few cycles (frames, futures), so with the default thresholds
+    the collector runs every few hundred requests and, now and then, walks every object
+    of the replayed ledger state: p99 went from about 20 ms to 40-50 ms under load. Rarer
+    young collections and a frozen replayed state (never scanned again) keep the pauses
+    short; the collector still runs, so cycles are still freed.
+    """
+    import gc
+
+    gc.set_threshold(50_000, 20, 100)
+    opener = service.opener
+
+    def open_and_freeze() -> Any:
+        pool = opener()
+        gc.freeze()
+        return pool
+
+    service.opener = open_and_freeze
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -73,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
     service = build_service(folder, args.postgres, args.replay_workers, args.ledger)
+    _tune_collector(service)
     app = create_app(service)
 
     def reload(_signum: int, _frame: object) -> None:
