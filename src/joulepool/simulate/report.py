@@ -25,10 +25,15 @@ US_PER_HOUR = 3_600 * 1_000_000
 US_PER_DAY = 24 * US_PER_HOUR
 
 
+def _one_decimal(value: int, unit: int) -> str:
+    """`value` in `unit`s with one decimal, rounded half up, in integers (display only)."""
+    tenths = (value * 10 + unit // 2) // unit
+    return f"{tenths // 10:,}.{tenths % 10}"
+
+
 def gj(uj: int) -> str:
     """Microjoules as gigajoules, one decimal, rounded half up (display only)."""
-    tenths = (uj * 10 + UJ_PER_GJ // 2) // UJ_PER_GJ
-    return f"{tenths // 10:,}.{tenths % 10}"
+    return _one_decimal(uj, UJ_PER_GJ)
 
 
 def percent(part: int, whole: int) -> str:
@@ -50,8 +55,7 @@ def hours(us: int | None) -> str:
     """Microseconds as hours, one decimal; a dash where there is no figure (no job started)."""
     if us is None:
         return "–"
-    tenths = (us * 10 + US_PER_HOUR // 2) // US_PER_HOUR
-    return f"{tenths // 10:,}.{tenths % 10}"
+    return _one_decimal(us, US_PER_HOUR)
 
 
 def reasons(counts: Mapping[str, int]) -> str:
