@@ -92,3 +92,10 @@ def test_export_refuses_to_overwrite_and_names_a_missing_ledger_flag(
     assert exists.returncode != 0
     assert "already exists" in exists.stderr and "Traceback" not in exists.stderr
     assert out.read_bytes() == b"kept"
+    # --ledger means nothing for a ledger file: refused, not silently ignored.
+    stray = pool_cli(
+        "ledger", "export", str(tmp_path / "y.cbor"), "--file", str(out), "--ledger", "x"
+    )
+    assert stray.returncode != 0
+    assert "--ledger" in stray.stderr and "Traceback" not in stray.stderr
+    assert not (tmp_path / "y.cbor").exists()

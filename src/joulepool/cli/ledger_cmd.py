@@ -299,6 +299,8 @@ def _export(args: argparse.Namespace) -> int:
     from joulepool.stores.export import export_ledger
 
     store: Store
+    if args.ledger and not args.postgres:
+        raise InvalidInput("--ledger", "names a ledger in PostgreSQL; use it with --postgres DSN")
     if args.postgres:
         from joulepool.stores.postgres import PostgresStore
 
