@@ -51,6 +51,22 @@ def test_entries_stream_across_chunk_boundaries(tmp_path: Path) -> None:
         assert list(again.entries()) == big
 
 
+@pytest.mark.parametrize("chunk", [1, 43, 44, 45, 100, 10_000])
+def test_entries_are_whole_whatever_the_chunk_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    # Entry i is 44 bytes; a chunk smaller than one entry still yields it whole.
+    path = tmp_path / "ledger.cbor"
+    many = [entry(i) for i in range(30)]
+    with create(path) as store:
+        store.append(many)
+    monkeypatch.setattr("joulepool.stores.file.CHUNK", chunk)
+    with FileStore(path, writer=False) as again:
+        assert list(again.entries()) == many
+        assert list(again.entries(29)) == many[29:]
+        assert list(again.entries(7)) == many[7:]
+
+
 def test_a_second_writer_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.cbor"
     with create(path), pytest.raises(LedgerLocked, match="locked by another writer"):

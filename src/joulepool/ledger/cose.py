@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
 import cbor2
+from nacl.bindings import crypto_sign_open
 from nacl.exceptions import BadSignatureError
-from nacl.signing import SigningKey, VerifyKey
+from nacl.signing import SigningKey
 
 from joulepool.ledger.cbor import (
     MALFORMED,
@@ -33,6 +34,7 @@ ALG_EDDSA: Final = -8
 HEADER_ALG: Final = 1
 HEADER_KID: Final = 4
 SIGNATURE_BYTES: Final = 64
+PUBLIC_KEY_BYTES: Final = 32
 GENESIS: Final = bytes(32)
 """The `prev` of entry 0 and the head of an empty ledger (DESIGN.md §4)."""
 
@@ -43,7 +45,9 @@ _EMPTY_BSTR: Final = b"\x40"
 _SIG_HEADER: Final = b"\x58\x40"  # bstr of 64 bytes
 
 _protected_cache: dict[bytes, str] = {}
-_verify_keys: dict[bytes, VerifyKey] = {}
+# Envelope openings (tag, array, protected header, empty map) already found canonical, with
+# their protected header and kid: every entry of a ledger opens the same way.
+_known_openings: dict[bytes, tuple[bytes, str]] = {}
 
 
 def bstr_header(length: int) -> bytes:
@@ -147,48 +151,48 @@ def _kid_of(protected: bytes) -> tuple[str, bool]:
     return kid, canonical
 
 
-def _bstr_at(raw: bytes, pos: int) -> tuple[bytes, int] | None:
-    """The byte string at `pos` if its header is in shortest form, with the offset after it."""
-    if pos >= len(raw):
-        return None
+def _payload_at(raw: bytes, pos: int) -> tuple[int, int] | None:
+    """Start and end of the byte string at `pos` if its header is in shortest form."""
     head = raw[pos]
-    if head >> 5 != 2:
-        return None
-    info = head & 31
-    if info < 24:
-        length, start = info, pos + 1
-    elif info == 24 and pos + 1 < len(raw) and raw[pos + 1] >= 24:
-        length, start = raw[pos + 1], pos + 2
-    elif info == 25 and pos + 2 < len(raw):
-        length, start = int.from_bytes(raw[pos + 1 : pos + 3], "big"), pos + 3
-        if length < 0x100:
-            return None
-    else:
-        return None  # longer headers never occur in an entry; the slow path names them
-    end = start + length
-    if end > len(raw):
-        return None
-    return raw[start:end], end
+    if 0x40 <= head < 0x58:
+        start = pos + 1
+        return start, start + head - 0x40
+    if head == 0x58:
+        length = raw[pos + 1]
+        return (pos + 2, pos + 2 + length) if length >= 24 else None
+    if head == 0x59:
+        length = raw[pos + 1] << 8 | raw[pos + 2]
+        return (pos + 3, pos + 3 + length) if length >= 0x100 else None
+    return None  # longer payloads never occur in an entry; the thorough path names them
 
 
-def _canonical_parts(raw: bytes) -> tuple[bytes, bytes, bytes] | None:
-    """Protected header, payload and signature of an envelope already in det-CBOR form.
+def _canonical_parts(raw: bytes) -> tuple[bytes, str, bytes, bytes] | None:
+    """Protected header, kid, payload and signature of an envelope already in det-CBOR form.
 
-    The common case, read straight off the bytes: every header is checked to be in
-    shortest form on the way, so success means the envelope re-encodes to itself.
+    The common case, read straight off the bytes: the envelope opens exactly as one already
+    found canonical, and the payload's header is in shortest form, so success means the
+    envelope re-encodes to itself. None sends the envelope down the thorough path.
     """
-    if raw[:2] != _ENVELOPE_START:
+    try:
+        head = raw[2]
+        if head < 0x58:
+            cut = head - 0x3C  # tag, array, 1-byte header, header, empty map
+        elif head == 0x58:
+            cut = raw[3] + 5
+        else:
+            return None
+        known = _known_openings.get(raw[:cut])
+        if known is None:
+            return None
+        span = _payload_at(raw, cut)
+    except IndexError:
         return None
-    first = _bstr_at(raw, 2)
-    if first is None or first[1] >= len(raw) or raw[first[1]] != 0xA0:
+    if span is None:
         return None
-    second = _bstr_at(raw, first[1] + 1)
-    if second is None:
+    start, end = span
+    if raw[end : end + 2] != _SIG_HEADER or end + 2 + SIGNATURE_BYTES != len(raw):
         return None
-    pos = second[1]
-    if raw[pos : pos + 2] != _SIG_HEADER or pos + 2 + SIGNATURE_BYTES != len(raw):
-        return None
-    return first[0], second[0], raw[pos + 2 :]
+    return known[0], known[1], raw[start:end], raw[end + 2 :]
 
 
 # A core holds these alone: a float or a bool can re-encode to its own bytes, so the
@@ -222,10 +226,9 @@ def open_envelope(raw: bytes) -> Envelope:
     """
     parts = _canonical_parts(raw)
     if parts is not None:
-        protected, payload, signature = parts
-        kid = _protected_cache.get(protected)
+        protected, kid, payload, signature = parts
         core = _core(payload)
-        if kid is not None and core is not None:
+        if core is not None:
             return Envelope(raw, protected, kid, payload, signature, core)
     return _open_thoroughly(raw)
 
@@ -274,6 +277,9 @@ def _open_thoroughly(raw: bytes) -> Envelope:
         raise CborRefused(NON_CANONICAL, f"the core: {core_problem}")
     if len(_ordered_core_keys) < 256 and all(type(k) is str for k in core):
         _ordered_core_keys.add(tuple(core))
+    if len(_known_openings) < 256:
+        opening = _ENVELOPE_START + bstr_header(len(protected)) + protected + _EMPTY_MAP
+        _known_openings[opening] = (protected, kid)
     return Envelope(raw, protected, kid, payload, signature, core)
 
 
@@ -284,15 +290,11 @@ def verify_signature(env: Envelope, public_key: bytes) -> bool:
 
 def verify_parts(protected: bytes, payload: bytes, signature: bytes, public_key: bytes) -> bool:
     """Whether `signature` signs the Sig_structure of these parts under `public_key` (§6.5)."""
-    key = _verify_keys.get(public_key)
-    if key is None:
-        if len(public_key) != 32:
-            return False
-        key = VerifyKey(public_key)
-        if len(_verify_keys) < 64:
-            _verify_keys[public_key] = key
+    # PyNaCl's own `VerifyKey.verify` is this call after a second copy of the message.
+    if len(public_key) != PUBLIC_KEY_BYTES or len(signature) != SIGNATURE_BYTES:
+        return False
     try:
-        key.verify(sig_structure(protected, payload), signature)
+        crypto_sign_open(signature + sig_structure(protected, payload), public_key)
     except BadSignatureError:
         return False
     return True

@@ -9,7 +9,7 @@ that did not happen: it is refused at its index, never folded as a shorter one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from joulepool.errors import LedgerRefused
 from joulepool.estimate import Observation
@@ -20,16 +20,15 @@ from joulepool.tree import Tree, Usage
 INCONSISTENT = "inconsistent_stream"
 
 
-@dataclass(frozen=True, slots=True)
-class OpenClaim:
+# Named tuples, not frozen dataclasses: the fold builds one per entry, at a third the cost.
+class OpenClaim(NamedTuple):
     """A running claim: its admission and the ledger index it was admitted at (§6.2)."""
 
     admitted: Admitted
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class ClosedClaim:
+class ClosedClaim(NamedTuple):
     """Where a released claim's two entries stand in the ledger."""
 
     admitted_seq: int
@@ -71,42 +70,43 @@ class LedgerState:
 
     def apply(self, event: Event) -> None:
         """Fold one event at index `length`, refusing an inconsistent one there (§6.2, §6.4)."""
-        why = self.refusal(event)
-        if why is not None:
-            raise LedgerRefused(self._length, INCONSISTENT, why)
         seq = self._length
+        claim = event.claim
         running = None
         if isinstance(event, Admitted):
-            self._open[event.claim] = OpenClaim(event, seq)
-            self._move(event, +1)
+            if claim in self._open or claim in self._closed:
+                raise LedgerRefused(seq, INCONSISTENT, self.refusal(event) or "")
+            self._open[claim] = OpenClaim(event, seq)
+            # A running claim's reservation counts as spent, reserved and held (API.md).
+            self._hold(event, spent_uj=event.reserved.uj, sign=+1)
         else:
-            running = self._release(event, seq)
+            running = self._open.pop(claim, None)
+            if running is None:
+                raise LedgerRefused(seq, INCONSISTENT, self.refusal(event) or "")
+            self._release(running, event, seq)
         if self._journal is not None:
             self._journal.append((event, running))
         self._length = seq + 1
 
-    def _move(self, adm: Admitted, sign: int, *, spent: bool = True) -> None:
-        # A running claim's reservation counts as spent, reserved and held (API.md).
-        self.usage.move(
-            adm.entitlement,
-            spent_uj=sign * adm.reserved.uj if spent else 0,
-            reserved_uj=sign * adm.reserved.uj,
-            held_devices=sign * adm.devices,
-            running_claims=sign,
-        )
-
-    def _release(self, event: Released, seq: int) -> OpenClaim:
-        running = self._open.pop(event.claim)
+    def _release(self, running: OpenClaim, event: Released, seq: int) -> None:
         adm = running.admitted
         # The actual figure replaces the reservation; it is not added to it (§6.2).
-        self.usage.move(adm.entitlement, spent_uj=event.actual.uj - adm.reserved.uj)
-        self._move(adm, -1, spent=False)
+        self._hold(adm, spent_uj=event.actual.uj - adm.reserved.uj, sign=-1)
         self._closed[event.claim] = ClosedClaim(running.seq, seq)
         if adm.class_ is not None:
             self._history.setdefault(adm.class_, []).append(
                 (adm.entitlement, event.actual.uj, event.actual.grade)
             )
-        return running
+
+    def _hold(self, adm: Admitted, *, spent_uj: int, sign: int) -> None:
+        """Hold (sign +1) or lift (-1) a claim's reservation and devices, and move spent."""
+        self.usage.move(
+            adm.entitlement,
+            spent_uj=spent_uj,
+            reserved_uj=sign * adm.reserved.uj,
+            held_devices=sign * adm.devices,
+            running_claims=sign,
+        )
 
     def begin(self) -> None:
         """Start a batch whose events can all be taken back, for an append that may fail."""
@@ -124,14 +124,13 @@ class LedgerState:
             self._length -= 1
             if isinstance(event, Admitted):
                 del self._open[event.claim]
-                self._move(event, -1)
+                self._hold(event, spent_uj=-event.reserved.uj, sign=-1)
                 continue
             assert running is not None
             adm = running.admitted
             del self._closed[event.claim]
             self._open[event.claim] = running
-            self.usage.move(adm.entitlement, spent_uj=adm.reserved.uj - event.actual.uj)
-            self._move(adm, +1, spent=False)
+            self._hold(adm, spent_uj=adm.reserved.uj - event.actual.uj, sign=+1)
             if adm.class_ is not None:
                 self._history[adm.class_].pop()
 

@@ -10,8 +10,10 @@ already written is changed by it.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import fcntl
+import itertools
 import os
 from array import array
 from collections.abc import Iterator, Sequence
@@ -165,15 +167,19 @@ class FileStore:
         i = start
         while i < count:
             first = int(self._offsets[i])
-            j = i
-            # Gather entries up to one chunk's worth, then slice them out of one read.
-            while j < count and self._end(j) - first <= CHUNK:
-                j += 1
+            # Gather entries up to one chunk's worth, then slice them out of one read: those
+            # whose next entry starts within the chunk, and the last if the file ends in it.
+            limit = first + CHUNK
+            j = bisect.bisect_right(self._offsets, limit, i + 1) - 1
+            if j == count - 1 and self._size <= limit:
+                j = count
             j = max(j, i + 1)
-            buf = os.pread(self._fd, self._end(j - 1) - first, first)
-            for k in range(i, j):
-                a = int(self._offsets[k]) - first
-                yield buf[a : self._end(k) - first]
+            last = self._end(j - 1)
+            buf = os.pread(self._fd, last - first, first)
+            bounds = [o - first for o in self._offsets[i:j]]
+            bounds.append(last - first)
+            for a, b in itertools.pairwise(bounds):
+                yield buf[a:b]
             i = j
 
     @contextmanager
