@@ -8,15 +8,15 @@ with no second store to drift from the ledger (§6.1).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from joulepool.checks import check_figure, check_keys, check_text
 from joulepool.errors import InvalidInput
 from joulepool.grade import Energy
 
 
-@dataclass(frozen=True, slots=True)
-class Admitted:
+class Admitted(msgspec.Struct, frozen=True, gc=False):
     """A claim's estimate reserved against its entitlement, with its declared class (§6.2)."""
 
     claim: str
@@ -66,8 +66,7 @@ class Admitted:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class Released:
+class Released(msgspec.Struct, frozen=True, gc=False):
     """A reservation lifted and the actual figure charged in its place (§6.2)."""
 
     claim: str

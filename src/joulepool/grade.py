@@ -8,8 +8,9 @@ can raise it: every operation returns the weaker of the grades it combines.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
+
+import msgspec
 
 from joulepool.checks import check_figure as check_figure
 from joulepool.checks import check_keys
@@ -58,8 +59,7 @@ class Grade(StrEnum):
 _RANK = {Grade.HwShunt: 0, Grade.ModelBased: 1, Grade.Estimator: 2}
 
 
-@dataclass(frozen=True, slots=True)
-class Energy:
+class Energy(msgspec.Struct, frozen=True, gc=False):
     """A microjoule count at the grade of whatever produced it (§2.3)."""
 
     uj: int

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from joulepool.errors import InvalidInput
@@ -80,10 +81,12 @@ def test_without_a_gpu_reading_raises_with_a_reason_never_a_figure() -> None:
     assert status[0].reason is info.value.reason
 
 
-def test_without_nvidia_ml_py_the_reason_is_library_missing() -> None:
-    # A real interpreter with no site-packages at all: pynvml is genuinely absent there.
+def test_without_nvidia_ml_py_the_reason_is_library_missing(tmp_path: Path) -> None:
+    # A real interpreter with no site-packages at all, so pynvml is genuinely absent there;
+    # only the one package that joulepool's records need is linked in beside the source.
+    (tmp_path / "msgspec").symlink_to(Path(msgspec.__file__).parent)
     program = (
-        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import sys; sys.path[:0] = sys.argv[1:]\n"
         "from joulepool.meters import NvmlMeter, MeterUnavailable\n"
         "try:\n"
         "    NvmlMeter('0').read()\n"
@@ -91,7 +94,7 @@ def test_without_nvidia_ml_py_the_reason_is_library_missing() -> None:
         "    print(exc.reason.value, exc.explanation)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", program, str(SRC)],
+        [sys.executable, "-I", "-S", "-c", program, str(SRC), str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=60,
