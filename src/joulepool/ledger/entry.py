@@ -68,39 +68,52 @@ def core_of(event: Event, seq: int, prev: bytes, steward: str) -> dict[str, obje
     return core
 
 
-def event_of(core: Mapping[str, Any], steward: str) -> Event:
-    """The event a verified core records; `EntryMalformed` if its fields are not the event's.
+# Key tuples already found to be exactly the fields of an event, with that event's name:
+# a ledger's cores come in a few shapes, and a lookup is cheaper than two set comparisons.
+_shapes: dict[tuple[str, ...], str] = {}
 
-    `seq` and `prev` are checked by the chain before this is asked (DESIGN.md §4).
-    """
-    if core.get("pool_receipt") != PROFILE_VERSION or type(core.get("pool_receipt")) is not int:
-        raise EntryMalformed(f"pool_receipt must be {PROFILE_VERSION}")
-    if core.get("steward") != steward:
-        raise EntryMalformed(f"steward {core.get('steward')!r} is not this ledger's {steward!r}")
-    kind = core.get("event")
+
+def _check_fields(kind: object, keys: Any) -> None:
+    """Refuse a core whose fields are not exactly those of the event it names."""
     if kind == "admitted":
         allowed, required = _ADMITTED_ALLOWED, _ADMITTED
     elif kind == "released":
         allowed, required = _RELEASED, _RELEASED
     else:
         raise EntryMalformed(f"event {kind!r} is neither 'admitted' nor 'released'")
-    keys = core.keys()
     if not required <= keys or not keys <= allowed:
         unknown, missing = sorted(keys - allowed), sorted(required - keys)
         raise EntryMalformed(f"a {kind} entry: unknown field(s) {unknown}, missing {missing}")
-    grade = core["grade"]
-    if grade not in _GRADES:
-        raise EntryMalformed(f"grade {grade!r} is not a pool/1 grade")
+    if len(_shapes) < 64:
+        _shapes[tuple(keys)] = kind
+
+
+def event_of(core: Mapping[str, Any], steward: str) -> Event:
+    """The event a verified core records; `EntryMalformed` if its fields are not the event's.
+
+    `seq` and `prev` are checked by the chain before this is asked (DESIGN.md §4).
+    """
+    receipt = core.get("pool_receipt")
+    if type(receipt) is not int or receipt != PROFILE_VERSION:
+        raise EntryMalformed(f"pool_receipt must be {PROFILE_VERSION}")
+    if core.get("steward") != steward:
+        raise EntryMalformed(f"steward {core.get('steward')!r} is not this ledger's {steward!r}")
+    kind = core.get("event")
+    if _shapes.get(tuple(core)) != kind:
+        _check_fields(kind, core.keys())
+    grade = _GRADES.get(core["grade"])
+    if grade is None:
+        raise EntryMalformed(f"grade {core['grade']!r} is not a pool/1 grade")
     # The events validate their own fields (types, signs, shapes): one check, one place.
     try:
         if kind == "released":
-            return Released(core["claim"], Energy(core["actual_uj"], _GRADES[grade]), core["at_ms"])
+            return Released(core["claim"], Energy(core["actual_uj"], grade), core["at_ms"])
         return Admitted(
             claim=core["claim"],
             entitlement=core["entitlement"],
             gang_size=core["gang_size"],
             devices_per_member=core["devices_per_member"],
-            reserved=Energy(core["reserved_uj"], _GRADES[grade]),
+            reserved=Energy(core["reserved_uj"], grade),
             borrowed_uj=core["borrowed_uj"],
             at_ms=core["at_ms"],
             class_=core.get("class"),

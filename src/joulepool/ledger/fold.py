@@ -8,6 +8,7 @@ that did not happen: it is refused at its index, never folded as a shorter one.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -20,7 +21,6 @@ from joulepool.tree import Tree, Usage
 INCONSISTENT = "inconsistent_stream"
 
 
-# Named tuples, not frozen dataclasses: the fold builds one per entry, at a third the cost.
 class OpenClaim(NamedTuple):
     """A running claim: its admission and the ledger index it was admitted at (§6.2)."""
 
@@ -42,12 +42,14 @@ class LedgerState:
 
     def __init__(self, tree: Tree) -> None:
         self.usage = Usage(tree)
-        self._open: dict[str, OpenClaim] = {}
-        self._closed: dict[str, ClosedClaim] = {}
+        # Plain tuples, named only on the way out: the fold stores one an entry, and a
+        # named tuple's constructor costs ten times a tuple display.
+        self._open: dict[str, tuple[Admitted, int]] = {}
+        self._closed: dict[str, tuple[int, int]] = {}
         # class -> [(entitlement, actual uj, actual grade)], kept as plain tuples to stay small.
         self._history: dict[str, list[tuple[str, int, Grade]]] = {}
         self._length = 0
-        self._journal: list[tuple[Event, OpenClaim | None]] | None = None
+        self._journal: list[tuple[Event, tuple[Admitted, int] | None]] | None = None
 
     @property
     def length(self) -> int:
@@ -76,7 +78,7 @@ class LedgerState:
         if isinstance(event, Admitted):
             if claim in self._open or claim in self._closed:
                 raise LedgerRefused(seq, INCONSISTENT, self.refusal(event) or "")
-            self._open[claim] = OpenClaim(event, seq)
+            self._open[claim] = (event, seq)
             # A running claim's reservation counts as spent, reserved and held (API.md).
             self._hold(event, spent_uj=event.reserved.uj, sign=+1)
         else:
@@ -88,11 +90,11 @@ class LedgerState:
             self._journal.append((event, running))
         self._length = seq + 1
 
-    def _release(self, running: OpenClaim, event: Released, seq: int) -> None:
-        adm = running.admitted
+    def _release(self, running: tuple[Admitted, int], event: Released, seq: int) -> None:
+        adm, admitted_seq = running
         # The actual figure replaces the reservation; it is not added to it (§6.2).
         self._hold(adm, spent_uj=event.actual.uj - adm.reserved.uj, sign=-1)
-        self._closed[event.claim] = ClosedClaim(running.seq, seq)
+        self._closed[event.claim] = (admitted_seq, seq)
         if adm.class_ is not None:
             self._history.setdefault(adm.class_, []).append(
                 (adm.entitlement, event.actual.uj, event.actual.grade)
@@ -127,7 +129,7 @@ class LedgerState:
                 self._hold(event, spent_uj=-event.reserved.uj, sign=-1)
                 continue
             assert running is not None
-            adm = running.admitted
+            adm = running[0]
             del self._closed[event.claim]
             self._open[event.claim] = running
             self._hold(adm, spent_uj=adm.reserved.uj - event.actual.uj, sign=+1)
@@ -136,11 +138,13 @@ class LedgerState:
 
     def open_claim(self, claim_id: str) -> OpenClaim | None:
         """The running claim of that id, or None."""
-        return self._open.get(claim_id)
+        running = self._open.get(claim_id)
+        return None if running is None else OpenClaim(*running)
 
     def closed_claim(self, claim_id: str) -> ClosedClaim | None:
         """The released claim of that id, or None."""
-        return self._closed.get(claim_id)
+        closed = self._closed.get(claim_id)
+        return None if closed is None else ClosedClaim(*closed)
 
     def knows(self, claim_id: str) -> bool:
         """Whether the ledger ever admitted this claim id (§6.4: ids are never reused)."""
@@ -152,7 +156,7 @@ class LedgerState:
 
     def running(self) -> Iterator[OpenClaim]:
         """Every running claim, in admission order."""
-        return iter(self._open.values())
+        return itertools.starmap(OpenClaim, self._open.values())
 
     def history(self, class_: str) -> Iterator[Observation]:
         """The released claims that declared exactly `class_`, in ledger order (§2.6)."""

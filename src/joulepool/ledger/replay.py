@@ -69,8 +69,12 @@ def _opened(raw: bytes, steward: str) -> Envelope | Refusal:
     except CborRefused as exc:
         return Refusal(exc.error, exc.detail)
     if env.kid != steward:
-        return Refusal("unknown_signer", f"signed by {env.kid!r}, not the steward {steward!r}")
+        return _unknown_signer(env.kid, steward)
     return env
+
+
+def _unknown_signer(kid: str, steward: str) -> Refusal:
+    return Refusal("unknown_signer", f"signed by {kid!r}, not the steward {steward!r}")
 
 
 def _verify_batch(job: tuple[list[tuple[bytes, bytes, bytes]], bytes]) -> int | None:
@@ -249,9 +253,13 @@ def _replay_parallel(
 def _open_batch(batch: list[bytes], steward: str) -> tuple[list[Envelope], Refusal | None]:
     """The first three checks of DESIGN.md §4 on each entry, up to the first that fails."""
     opened: list[Envelope] = []
+    append = opened.append
     for raw in batch:
-        env = _opened(raw, steward)
-        if isinstance(env, Refusal):
-            return opened, env
-        opened.append(env)
+        try:
+            env = open_envelope(raw)
+        except CborRefused as exc:
+            return opened, Refusal(exc.error, exc.detail)
+        if env.kid != steward:
+            return opened, _unknown_signer(env.kid, steward)
+        append(env)
     return opened, None
