@@ -12,7 +12,7 @@ write for the same parts (§6.6). The core inside is checked by the det-CBOR dec
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 import cbor2
@@ -52,15 +52,18 @@ _known_openings: dict[bytes, tuple[bytes, str]] = {}
 
 def bstr_header(length: int) -> bytes:
     """The shortest CBOR byte-string header for `length` bytes (RFC 8949 §4.2.1)."""
-    if length < 24:
-        return bytes((0x40 | length,))
     if length < 0x100:
-        return bytes((0x58, length))
+        return _SHORT_HEADERS[length]
     if length < 0x10000:
         return b"\x59" + length.to_bytes(2, "big")
     if length < 0x100000000:
         return b"\x5a" + length.to_bytes(4, "big")
     return b"\x5b" + length.to_bytes(8, "big")
+
+
+_SHORT_HEADERS: Final = tuple(
+    bytes((0x40 | n,)) if n < 24 else bytes((0x58, n)) for n in range(0x100)
+)
 
 
 def protected_header(kid: str) -> bytes:
@@ -71,15 +74,19 @@ def protected_header(kid: str) -> bytes:
 _sig_prefixes: dict[bytes, bytes] = {}
 
 
-def sig_structure(protected: bytes, payload: bytes) -> bytes:
-    """det-CBOR `["Signature1", protected, h'', payload]`, the bytes signed (RFC 9052 §4.4)."""
-    # Every entry of a ledger shares its protected header, so its prefix is built once.
+def _sig_prefix(protected: bytes) -> bytes:
+    """The Sig_structure up to the payload's header: the same for every entry of a ledger."""
     prefix = _sig_prefixes.get(protected)
     if prefix is None:
         prefix = _SIG_CONTEXT + bstr_header(len(protected)) + protected + _EMPTY_BSTR
         if len(_sig_prefixes) < 256:
             _sig_prefixes[protected] = prefix
-    return prefix + bstr_header(len(payload)) + payload
+    return prefix
+
+
+def sig_structure(protected: bytes, payload: bytes) -> bytes:
+    """det-CBOR `["Signature1", protected, h'', payload]`, the bytes signed (RFC 9052 §4.4)."""
+    return _sig_prefix(protected) + bstr_header(len(payload)) + payload
 
 
 def envelope_bytes(protected: bytes, payload: bytes, signature: bytes) -> bytes:
@@ -290,11 +297,27 @@ def verify_signature(env: Envelope, public_key: bytes) -> bool:
 
 def verify_parts(protected: bytes, payload: bytes, signature: bytes, public_key: bytes) -> bool:
     """Whether `signature` signs the Sig_structure of these parts under `public_key` (§6.5)."""
-    # PyNaCl's own `VerifyKey.verify` is this call after a second copy of the message.
-    if len(public_key) != PUBLIC_KEY_BYTES or len(signature) != SIGNATURE_BYTES:
-        return False
-    try:
-        crypto_sign_open(signature + sig_structure(protected, payload), public_key)
-    except BadSignatureError:
-        return False
-    return True
+    return first_forged(((protected, payload, signature),), public_key) is None
+
+
+def first_forged(signed: Iterable[tuple[bytes, bytes, bytes]], public_key: bytes) -> int | None:
+    """The position of the first (protected, payload, signature) whose signature does not
+    verify under `public_key`, or None when all do (§6.5).
+
+    Replay spends nine tenths of its time in this loop, so `sig_structure` is written out
+    in it, and PyNaCl is called as its own `VerifyKey.verify` calls it, with one copy of
+    the message fewer.
+    """
+    good_key = len(public_key) == PUBLIC_KEY_BYTES
+    prefixes, short = _sig_prefixes, _SHORT_HEADERS
+    for i, (protected, payload, signature) in enumerate(signed):
+        if not good_key or len(signature) != SIGNATURE_BYTES:
+            return i
+        prefix = prefixes.get(protected) or _sig_prefix(protected)
+        n = len(payload)
+        header = short[n] if n < 0x100 else bstr_header(n)
+        try:
+            crypto_sign_open(signature + prefix + header + payload, public_key)
+        except BadSignatureError:
+            return i
+    return None

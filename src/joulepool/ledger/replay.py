@@ -15,6 +15,7 @@ holds the folded state and never a list of all entries.
 from __future__ import annotations
 
 import multiprocessing
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -28,8 +29,8 @@ from joulepool.ledger.cose import (
     GENESIS,
     Envelope,
     content_address,
+    first_forged,
     open_envelope,
-    verify_parts,
     verify_signature,
 )
 from joulepool.ledger.entry import EntryMalformed, event_of
@@ -80,10 +81,10 @@ def _unknown_signer(kid: str, steward: str) -> Refusal:
 def _verify_batch(job: tuple[list[tuple[bytes, bytes, bytes]], bytes]) -> int | None:
     """The position in the batch of the first signature that fails, or None (§6.5)."""
     parts, public_key = job
-    for i, (protected, payload, signature) in enumerate(parts):
-        if not verify_parts(protected, payload, signature, public_key):
-            return i
-    return None
+    return first_forged(parts, public_key)
+
+
+_SIGNED_PARTS = operator.attrgetter("protected", "payload", "signature")
 
 
 class Replayer:
@@ -181,11 +182,7 @@ def _replay_serial(
     public_key = replayer.public_key
     for batch in _batches(entries):
         opened, refusal = _open_batch(batch, replayer.steward)
-        bad = None
-        for i, env in enumerate(opened):
-            if not verify_parts(env.protected, env.payload, env.signature, public_key):
-                bad = i
-                break
+        bad = first_forged(map(_SIGNED_PARTS, opened), public_key)
         _chain_batch(replayer, opened, bad, refusal)
         if progress is not None:
             progress(replayer.length)
@@ -232,7 +229,7 @@ def _replay_parallel(
                     break
                 opened, refusal = _open_batch(batch, replayer.steward)
                 # Only the signed parts travel: pickling a decoded core costs more than it saves.
-                parts = [(e.protected, e.payload, e.signature) for e in opened]
+                parts = list(map(_SIGNED_PARTS, opened))
                 future = executor.submit(_verify_batch, (parts, replayer.public_key))
                 pending.append((opened, refusal, future))
                 if refusal is not None:
