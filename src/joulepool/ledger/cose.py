@@ -209,21 +209,6 @@ _PLAIN_TYPES = frozenset({int, str, bytes})
 _ordered_core_keys: set[tuple[str, ...]] = set()
 
 
-def _core(payload: bytes) -> dict[str, Any] | None:
-    """The core, when it is plainly det-CBOR: a flat map of int, text and bytes in key order."""
-    try:
-        core = cbor2.loads(payload)
-    except Exception:
-        return None
-    if type(core) is not dict or tuple(core) not in _ordered_core_keys:
-        return None
-    if not set(map(type, core.values())) <= _PLAIN_TYPES:
-        return None
-    if cbor2.dumps(core) != payload:
-        return None
-    return core
-
-
 def open_envelope(raw: bytes) -> Envelope:
     """Decode a COSE_Sign1 and check it is canonical, in DESIGN.md §4's order (§6.5, §6.6).
 
@@ -234,10 +219,25 @@ def open_envelope(raw: bytes) -> Envelope:
     parts = _canonical_parts(raw)
     if parts is not None:
         protected, kid, payload, signature = parts
-        core = _core(payload)
-        if core is not None:
-            return Envelope(raw, protected, kid, payload, signature, core)
+        try:
+            core = cbor2.loads(payload)
+        except Exception:
+            return _open_thoroughly(raw)
+        # The common case: a flat map of int, text and bytes, its keys in an order already
+        # found canonical, that re-encodes to its own bytes. Anything else is read again
+        # by the thorough path, which names the refusal.
+        if (
+            type(core) is dict
+            and tuple(core) in _ordered_core_keys
+            and _PLAIN_TYPES.issuperset(map(type, core.values()))
+            and cbor2.dumps(core) == payload
+        ):
+            # tuple.__new__ skips the named tuple's Python-level constructor: half the cost.
+            return _new_tuple(Envelope, (raw, protected, kid, payload, signature, core))
     return _open_thoroughly(raw)
+
+
+_new_tuple = tuple.__new__
 
 
 def _open_thoroughly(raw: bytes) -> Envelope:

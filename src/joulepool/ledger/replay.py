@@ -115,9 +115,9 @@ class Replayer:
 
     def chain(self, core: dict[str, Any], address: bytes) -> Event:
         """The last four checks, on an authenticated core, then the fold (DESIGN.md §4)."""
-        index = self.length
+        index = self.state.length
         seq = core.get("seq")
-        if isinstance(seq, bool) or seq != index:
+        if seq != index or type(seq) is not int:
             raise LedgerRefused(index, "seq_mismatch", f"seq is {seq!r}, its position is {index}")
         prev = core.get("prev")
         if prev != self.head:
