@@ -14,11 +14,13 @@ holds the folded state and never a list of all entries.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,13 +155,29 @@ def replay(
     returned. With `workers > 1` the signatures are checked in that many processes.
     """
     replayer = Replayer(steward, public_key, tree)
-    if workers <= 1:
-        _replay_serial(replayer, entries, progress)
-    else:
-        _replay_parallel(replayer, entries, workers, progress)
+    with _collector_paused():
+        if workers <= 1:
+            _replay_serial(replayer, entries, progress)
+        else:
+            _replay_parallel(replayer, entries, workers, progress)
     if progress is not None:
         progress(replayer.length)
     return replayer
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    # Replay makes millions of short-lived containers and no reference cycle, while the
+    # state it folds grows by an entry at a time; the cyclic collector would walk that
+    # state again and again for nothing, at about a tenth of replay's own Python work.
+    # Reference counting still frees everything as it goes.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _batches(entries: Iterable[bytes]) -> Iterator[list[bytes]]:
