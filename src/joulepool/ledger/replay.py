@@ -15,6 +15,7 @@ holds the folded state and never a list of all entries.
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
 import operator
 from collections import deque
@@ -181,13 +182,8 @@ def _collector_paused() -> Iterator[None]:
 
 
 def _batches(entries: Iterable[bytes]) -> Iterator[list[bytes]]:
-    batch: list[bytes] = []
-    for raw in entries:
-        batch.append(raw)
-        if len(batch) == BATCH:
-            yield batch
-            batch = []
-    if batch:
+    source = iter(entries)
+    while batch := list(itertools.islice(source, BATCH)):
         yield batch
 
 
