@@ -8,7 +8,15 @@ from typing import Final
 from joulepool.events import Event
 from joulepool.grade import Grade
 from joulepool.ledger.cbor import encode
-from joulepool.ledger.cose import GENESIS, content_address, envelope_bytes, open_envelope, seal
+from joulepool.ledger.cose import (
+    GENESIS,
+    content_address,
+    envelope_bytes,
+    open_envelope,
+    protected_header,
+    seal,
+    verify_signature,
+)
 from joulepool.ledger.entry import core_of
 from tests.ledgers import OTHER, STEWARD, admitted, released, seal_all
 
@@ -65,6 +73,34 @@ TAMPERINGS: Final[dict[str, Callable[[bytes], bytes]]] = {
 }
 """Each turns an entry into one whose structure is intact but whose signature is not the
 steward's over these bytes."""
+
+
+def tampered(tampering: str) -> tuple[list[bytes], list[bytes]]:
+    """`ledger()`, and each of its entries with `tampering` applied (every one changed)."""
+    entries = ledger()
+    out = [TAMPERINGS[tampering](raw) for raw in entries]
+    assert all(t != raw for t, raw in zip(out, entries, strict=True))
+    return entries, out
+
+
+def signed_elsewhere(sign: Callable[[bytes], bytes], length: int = 3) -> list[bytes]:
+    """The first `length` cores of `ledger()`, each chained over the envelope before it and
+    signed by `sign` (a foreign implementation, given the det-CBOR core), checked to open
+    here as joulepool's own: same kid, header and core, a good signature, the same bytes."""
+    out: list[bytes] = []
+    head = GENESIS
+    for own in cores()[:length]:
+        core = {**own, "prev": head}  # chained over the foreign envelopes themselves
+        raw = sign(encode(core))
+        env = open_envelope(raw)
+        assert env.kid == STEWARD.kid
+        assert env.protected == protected_header(STEWARD.kid)
+        assert env.core == core
+        assert verify_signature(env, STEWARD.public_key)
+        assert raw == seal(core, STEWARD.kid, STEWARD.signing_key)
+        out.append(raw)
+        head = content_address(raw)
+    return out
 
 
 def hexes(entries: Sequence[bytes]) -> list[str]:

@@ -16,14 +16,10 @@ from joulepool.errors import LedgerRefused
 from joulepool.ledger.cbor import MALFORMED, encode
 from joulepool.ledger.cose import (
     ALG_EDDSA,
-    GENESIS,
-    content_address,
     open_envelope,
-    seal,
-    verify_signature,
 )
 from joulepool.ledger.operations import replay_bytes
-from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger
+from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger, signed_elsewhere, tampered
 from tests.interop.tools import NodeCose
 from tests.ledgers import OTHER, STEWARD
 
@@ -74,10 +70,8 @@ def test_every_entry_sealed_here_verifies_under_node_cose(node_env: NodeCose) ->
 
 @pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
 def test_a_tampered_entry_fails_under_node_cose(node_env: NodeCose, tampering: str) -> None:
-    entries = ledger()
-    tampered = [TAMPERINGS[tampering](raw) for raw in entries]
-    assert all(t != raw for t, raw in zip(tampered, entries, strict=True))
-    results = node_verify(node_env, entries + tampered, STEWARD.public_key)
+    entries, forgeries = tampered(tampering)
+    results = node_verify(node_env, entries + forgeries, STEWARD.public_key)
     genuine, forged = results[: len(entries)], results[len(entries) :]
     assert [r["verified"] for r in genuine] == [True] * len(entries)
     for seq, result in enumerate(forged):
@@ -94,17 +88,7 @@ def test_node_cose_refuses_the_entries_under_another_key(node_env: NodeCose) -> 
 def test_a_sign1_made_by_node_cose_with_pool_layout_is_accepted_here(node_env: NodeCose) -> None:
     """A three-entry chain signed by @auth0/cose replays here, byte for byte joulepool's own."""
     ours = ledger()[:3]
-    theirs: list[bytes] = []
-    head = GENESIS
-    for own in cores()[:3]:
-        core = {**own, "prev": head}
-        raw = node_sign(node_env, encode(core))
-        env = open_envelope(raw)
-        assert env.kid == STEWARD.kid and env.core == core
-        assert verify_signature(env, STEWARD.public_key)
-        assert raw == seal(core, STEWARD.kid, STEWARD.signing_key)
-        theirs.append(raw)
-        head = content_address(raw)
+    theirs = signed_elsewhere(lambda payload: node_sign(node_env, payload))
     assert theirs == ours
     replayer = replay_bytes(b"".join(theirs), STEWARD.kid, STEWARD.public_key)
     assert replayer.length == 3

@@ -22,16 +22,14 @@ from joulepool.errors import LedgerRefused
 from joulepool.ledger.cbor import NON_CANONICAL, CborRefused, decode_strict, encode
 from joulepool.ledger.cose import (
     ALG_EDDSA,
-    GENESIS,
     content_address,
     open_envelope,
     protected_header,
-    seal,
     sig_structure,
     verify_signature,
 )
 from joulepool.ledger.operations import replay_bytes
-from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger
+from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger, signed_elsewhere, tampered
 from tests.interop.tools import Pycose
 from tests.ledgers import OTHER, STEWARD
 
@@ -88,17 +86,15 @@ def test_the_ledger_covers_both_events_with_and_without_class() -> None:
 
 @pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
 def test_a_tampered_entry_fails_under_pycose(pycose_env: Pycose, tampering: str) -> None:
-    entries = ledger()
-    tampered = [TAMPERINGS[tampering](raw) for raw in entries]
-    assert all(t != raw for t, raw in zip(tampered, entries, strict=True))
-    results = pycose_verify(pycose_env, entries + tampered, STEWARD.public_key)
+    entries, forgeries = tampered(tampering)
+    results = pycose_verify(pycose_env, entries + forgeries, STEWARD.public_key)
     genuine, forged = results[: len(entries)], results[len(entries) :]
     assert [r["verified"] for r in genuine] == [True] * len(entries)
     # Each forgery still decodes as a COSE_Sign1 with pool/1's headers: only the signature fails.
     for seq, result in enumerate(forged):
         assert result["verified"] is False, (seq, result)
         assert result["kid"] == KID_HEX and result["alg"] == ALG_EDDSA, (seq, result)
-    for raw in tampered:  # and joulepool agrees
+    for raw in forgeries:  # and joulepool agrees
         assert not verify_signature(open_envelope(raw), STEWARD.public_key)
 
 
@@ -111,19 +107,7 @@ def test_a_sign1_made_by_pycose_with_pool_layout_is_accepted_here(pycose_env: Py
     """A three-entry chain signed by pycose (header {alg, kid}) replays here, byte for byte
     the ledger joulepool seals."""
     ours = ledger()[:3]
-    theirs: list[bytes] = []
-    head = GENESIS
-    for own in cores()[:3]:
-        core = {**own, "prev": head}  # chained over pycose's own envelopes
-        raw = pycose_sign(pycose_env, encode(core), "alg_first")
-        env = open_envelope(raw)
-        assert env.kid == STEWARD.kid
-        assert env.protected == protected_header(STEWARD.kid)
-        assert env.core == core
-        assert verify_signature(env, STEWARD.public_key)
-        assert raw == seal(core, STEWARD.kid, STEWARD.signing_key)
-        theirs.append(raw)
-        head = content_address(raw)
+    theirs = signed_elsewhere(lambda payload: pycose_sign(pycose_env, payload, "alg_first"))
     assert theirs == ours
     replayer = replay_bytes(b"".join(theirs), STEWARD.kid, STEWARD.public_key)
     assert replayer.length == 3
