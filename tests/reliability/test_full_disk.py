@@ -10,7 +10,6 @@ tests/stores/test_file_store.py::test_a_full_disk_refuses_the_append_and_damages
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from joulepool.deployment import LEDGER
 from joulepool.ledger.keys import load_key_file
 from joulepool.ledger.operations import split_ledger
 from joulepool.stores.file import FileStore
+from tests.disks import fill, tmpfs
 from tests.reliability.support import MJ, Figures, Told, audit, roomy, usage_matches
 from tests.servers import Deployment, start_serve
 
@@ -33,38 +33,8 @@ DISK = "256k"
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real tmpfs of DISK bytes, so ENOSPC is the kernel's."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {proc.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", DISK) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Fill every free block of the disk with a file; return it (deleting it frees the space)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (65536, 4096, 512, 1):
-            while True:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError:
-                    break
-    finally:
-        os.close(fd)
-    return filler
 
 
 def claim(cid: str, uj: int = MJ) -> dict[str, object]:

@@ -21,6 +21,7 @@ from joulepool.stores.file import (
     create,
     recover,
 )
+from tests.disks import fill, tmpfs
 
 
 def entry(i: int, size: int = 40) -> bytes:
@@ -137,39 +138,16 @@ def test_create_never_overwrites(tmp_path: Path) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB tmpfs, so that ENOSPC comes from the kernel, not from a mock."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a tmpfs (run as root, as CI does)")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_disk_refuses_the_append_and_damages_nothing(small_disk: Path) -> None:
     path = small_disk / "ledger.cbor"
-    filler = small_disk / "filler"
     with create(path) as store:
         store.append([entry(i, 1000) for i in range(10)])
         before = path.read_bytes()
-        # Fill the rest of the disk, leaving less than one entry's room.
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            while True:
-                os.write(fd, b"\0" * 4096)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        filler = fill(small_disk)  # less than one entry's room is left
         with pytest.raises(DiskFull, match="nothing was written"):
             store.append([entry(100, 50_000)])
         assert len(store) == 10
