@@ -8,7 +8,6 @@ others may read or write it; a public key file leaves `d` out.
 
 from __future__ import annotations
 
-import os
 import stat
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,6 +17,7 @@ from typing import Final
 from nacl.signing import SigningKey
 
 from joulepool.errors import KeyFileError
+from joulepool.files import write_atomically
 from joulepool.ledger.cbor import CborRefused, decode_strict, encode
 
 KTY: Final = 1
@@ -126,18 +126,10 @@ def write_key_file(path: Path, key: KeyPair, *, overwrite: bool = False) -> None
     if path.exists() and not overwrite:
         raise KeyFileError(f"{path} exists; a key file is never overwritten")
     mode = 0o600 if key.seed is not None else 0o644
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        write_atomically(path, key.to_cose_key(), mode)
     except OSError as exc:
-        raise KeyFileError(f"{path}: cannot write: {exc.strerror}") from None
-    try:
-        os.fchmod(fd, mode)  # the umask must not loosen or tighten what was asked
-        os.write(fd, key.to_cose_key())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        raise KeyFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 def load_key_file(path: Path, *, require_secret: bool = False) -> KeyPair:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import tomllib
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import tomli_w
 
 from joulepool.checks import check_text
 from joulepool.errors import InvalidInput
+from joulepool.files import write_atomically
 from joulepool.tree import Tree
 
 OPERATOR = "operator"
@@ -101,15 +101,8 @@ def add_token(path: Path, name: str, scope: str) -> str:
     text = tomli_w.dumps(
         {"token": [{"name": e.name, "sha256": e.sha256, "scope": e.scope} for e in entries]}
     )
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(
-            "# Bearer tokens for `pool serve`: only their SHA-256 is stored (API.md).\n" + text
-        )
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    header = "# Bearer tokens for `pool serve`: only their SHA-256 is stored (API.md).\n"
+    write_atomically(path, (header + text).encode("utf-8"), 0o600)
     return token
 
 

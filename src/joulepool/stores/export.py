@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from joulepool.errors import StoreError
+from joulepool.files import fsync_dir
 from joulepool.ledger.sequence import INCOMPLETE, StructureError, item_end
 from joulepool.stores.base import Store
 
@@ -49,7 +50,7 @@ def export_ledger(store: Store, path: str | os.PathLike[str], *, overwrite: bool
                 os.fsync(out.fileno())
             tmp.chmod(0o644)
             _place(tmp, target, overwrite=overwrite)
-            _fsync_dir(folder)
+            fsync_dir(folder)
         except OSError as exc:
             raise StoreError(f"{target}: export failed: {exc.strerror or exc}") from None
     except BaseException:
@@ -92,11 +93,3 @@ def _place(tmp: Path, target: Path, *, overwrite: bool) -> None:
         tmp.replace(target)
         return
     tmp.unlink()
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from joulepool.errors import StoreError
+from joulepool.files import fsync_dir
 from joulepool.ledger.sequence import MAX_ENTRY_BYTES, Tail, split
 
 CHUNK = 4 << 20
@@ -96,7 +97,7 @@ class FileStore:
                         "`pool` command); only one process may append to a ledger file"
                     ) from None
                 if create:
-                    _fsync_dir(self.path.parent)
+                    fsync_dir(self.path.parent)
             self._offsets, self._size, self.tail = self._scan()
             if writer and self.tail is not None:
                 if self.tail.torn:
@@ -290,11 +291,3 @@ def recover(path: str | os.PathLike[str]) -> Recovered | None:
     finally:
         os.close(fd)
     return Recovered(tail.offset, tail.length, count)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -27,6 +27,7 @@ from joulepool.bridges.slurm.config import (
     BridgeConfigError,
     read_bridge_config,
 )
+from joulepool.files import write_atomically
 
 LUA = "job_submit.lua"
 CONFIG = "pool-bridge.toml"
@@ -165,7 +166,4 @@ def install_config(
 
 
 def _write(path: Path, text: str, mode: int) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(mode)
-    os.replace(tmp, path)
+    write_atomically(path, text.encode("utf-8"), mode)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from joulepool.errors import PoolError
+from joulepool.files import write_atomically
 
 CORE_PACKAGES = ("slurm-wlm", "munge", "lua-socket")
 ACCOUNTING_PACKAGES = ("slurmdbd", "slurm-wlm-mysql-plugin", "mariadb-server")
@@ -260,10 +261,7 @@ class Testbed:
     def set_job_submit(self, text: str) -> None:
         """Replace job_submit.lua (slurmctld re-reads it when it changes)."""
         before = int(self.job_submit.stat().st_mtime) if self.job_submit.exists() else 0
-        tmp = self.job_submit.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.chmod(0o644)
-        os.replace(tmp, self.job_submit)
+        write_atomically(self.job_submit, text.encode("utf-8"), 0o644)
         # The plugin compares modification times in whole seconds: two changes within one
         # second would look like none, so the new time is always a later whole second.
         mtime = max(before + 1, int(time.time()) + 1)
