@@ -149,19 +149,18 @@ def _energy(ev: Evaluation) -> list[str]:
                 percent(q.spent_uj, t.guarantee_uj),
             ]
         )
+    guarantee = sum(t.guarantee_uj for t in pool1.tenants)
+    spent = sum(t.spent_uj for t in pool1.tenants)
+    quota_spent = sum(t.spent_uj for t in quota.tenants)
     rows.append(
         [
             "**all**",
-            gj(sum(t.guarantee_uj for t in pool1.tenants)),
-            gj(sum(t.spent_uj for t in pool1.tenants)),
-            percent(
-                sum(t.spent_uj for t in pool1.tenants), sum(t.guarantee_uj for t in pool1.tenants)
-            ),
+            gj(guarantee),
+            gj(spent),
+            percent(spent, guarantee),
             gj(sum(t.borrowed_uj for t in pool1.tenants)),
-            gj(sum(t.spent_uj for t in quota.tenants)),
-            percent(
-                sum(t.spent_uj for t in quota.tenants), sum(t.guarantee_uj for t in pool1.tenants)
-            ),
+            gj(quota_spent),
+            percent(quota_spent, guarantee),
         ]
     )
     header = [
