@@ -112,7 +112,8 @@ def decode_strict(data: bytes, *, envelope: bool = False) -> object:
     not re-encode to themselves, or hold a float, bool, null, undefined, simple value or
     any other tag (bignums included).
     """
-    data = _as_bytes(data)
+    if type(data) is not bytes:
+        data = _as_bytes(data)
     if len(data) > MAX_ITEM_BYTES:
         return _decode_thoroughly(data, envelope)
     try:
@@ -186,11 +187,11 @@ def _plainly_canonical(obj: object, envelope: bool) -> bool:
     """The fast test, for the common case of a flat map of scalars in order."""
     if type(obj) is dict:
         keys = tuple(obj)
+        # A key tuple is remembered only once its key types and order have been checked.
         if (
-            _KEY_TYPES.issuperset(map(type, keys))
-            and (keys in _ORDERED_KEYS or _keys_in_order(keys))
-            and _SCALARS.issuperset(map(type, obj.values()))
-        ):
+            keys in _ORDERED_KEYS
+            or (_KEY_TYPES.issuperset(map(type, keys)) and _keys_in_order(keys))
+        ) and _SCALARS.issuperset(map(type, obj.values())):
             return True
     return _profile_problem(obj, envelope, 0, "") is None
 

@@ -44,7 +44,6 @@ _EMPTY_MAP: Final = b"\xa0"
 _EMPTY_BSTR: Final = b"\x40"
 _SIG_HEADER: Final = b"\x58\x40"  # bstr of 64 bytes
 
-_protected_cache: dict[bytes, str] = {}
 # Envelope openings (tag, array, protected header, empty map) already found canonical, with
 # their protected header and kid: every entry of a ledger opens the same way.
 _known_openings: dict[bytes, tuple[bytes, str]] = {}
@@ -133,9 +132,6 @@ class Envelope(NamedTuple):
 
 def _kid_of(protected: bytes) -> tuple[str, bool]:
     """The kid of a protected header and whether the header is canonical; malformed raises."""
-    cached = _protected_cache.get(protected)
-    if cached is not None:
-        return cached, True
     try:
         header = decode_wellformed(protected)
     except CborRefused:
@@ -152,10 +148,7 @@ def _kid_of(protected: bytes) -> tuple[str, bool]:
         kid = header[HEADER_KID].decode("utf-8")
     except UnicodeDecodeError:
         raise CborRefused(MALFORMED, "the kid is not UTF-8") from None
-    canonical = protected == protected_header(kid)
-    if canonical and len(_protected_cache) < 256:
-        _protected_cache[protected] = kid
-    return kid, canonical
+    return kid, protected == protected_header(kid)
 
 
 def _payload_at(raw: bytes, pos: int) -> tuple[int, int] | None:
@@ -202,13 +195,6 @@ def _canonical_parts(raw: bytes) -> tuple[bytes, str, bytes, bytes] | None:
     return known[0], known[1], raw[start:end], raw[end + 2 :]
 
 
-# A core holds these alone: a float or a bool can re-encode to its own bytes, so the
-# re-encoding check below cannot be what refuses them.
-_PLAIN_TYPES = frozenset({int, str, bytes})
-# Key tuples of cores already found in det-CBOR order: ledgers repeat a few shapes.
-_ordered_core_keys: set[tuple[str, ...]] = set()
-
-
 def open_envelope(raw: bytes) -> Envelope:
     """Decode a COSE_Sign1 and check it is canonical, in DESIGN.md §4's order (§6.5, §6.6).
 
@@ -218,20 +204,14 @@ def open_envelope(raw: bytes) -> Envelope:
     """
     parts = _canonical_parts(raw)
     if parts is not None:
+        # The common case: an envelope in det-CBOR form around a det-CBOR map. Anything
+        # else is read again by the thorough path, which names the refusal in §4's order.
         protected, kid, payload, signature = parts
         try:
-            core = cbor2.loads(payload)
-        except Exception:
+            core = decode_strict(payload)
+        except CborRefused:
             return _open_thoroughly(raw)
-        # The common case: a flat map of int, text and bytes, its keys in an order already
-        # found canonical, that re-encodes to its own bytes. Anything else is read again
-        # by the thorough path, which names the refusal.
-        if (
-            type(core) is dict
-            and tuple(core) in _ordered_core_keys
-            and _PLAIN_TYPES.issuperset(map(type, core.values()))
-            and cbor2.dumps(core) == payload
-        ):
+        if type(core) is dict:
             # tuple.__new__ skips the named tuple's Python-level constructor: half the cost.
             return _new_tuple(Envelope, (raw, protected, kid, payload, signature, core))
     return _open_thoroughly(raw)
@@ -282,8 +262,6 @@ def _open_thoroughly(raw: bytes) -> Envelope:
         raise CborRefused(NON_CANONICAL, "the protected header is not in det-CBOR form")
     if core_problem is not None:
         raise CborRefused(NON_CANONICAL, f"the core: {core_problem}")
-    if len(_ordered_core_keys) < 256 and all(type(k) is str for k in core):
-        _ordered_core_keys.add(tuple(core))
     if len(_known_openings) < 256:
         opening = _ENVELOPE_START + bstr_header(len(protected)) + protected + _EMPTY_MAP
         _known_openings[opening] = (protected, kid)

@@ -73,12 +73,8 @@ def _opened(raw: bytes, steward: str) -> Envelope | Refusal:
     except CborRefused as exc:
         return Refusal(exc.error, exc.detail)
     if env.kid != steward:
-        return _unknown_signer(env.kid, steward)
+        return Refusal("unknown_signer", f"signed by {env.kid!r}, not the steward {steward!r}")
     return env
-
-
-def _unknown_signer(kid: str, steward: str) -> Refusal:
-    return Refusal("unknown_signer", f"signed by {kid!r}, not the steward {steward!r}")
 
 
 def _verify_batch(job: tuple[list[tuple[bytes, bytes, bytes]], bytes]) -> int | None:
@@ -266,11 +262,8 @@ def _open_batch(batch: list[bytes], steward: str) -> tuple[list[Envelope], Refus
     opened: list[Envelope] = []
     append = opened.append
     for raw in batch:
-        try:
-            env = open_envelope(raw)
-        except CborRefused as exc:
-            return opened, Refusal(exc.error, exc.detail)
-        if env.kid != steward:
-            return opened, _unknown_signer(env.kid, steward)
+        env = _opened(raw, steward)
+        if isinstance(env, Refusal):
+            return opened, env
         append(env)
     return opened, None
