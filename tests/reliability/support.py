@@ -115,6 +115,17 @@ def retry_pending(url: str, token: str, told: Told) -> dict[str, int]:
     return outcome
 
 
+def claim(cid: str, entitlement: str = "vision", uj: int = MJ) -> dict[str, object]:
+    """A one-device HwShunt claim as `POST /v1/claims` takes it (API.md)."""
+    return {
+        "id": cid,
+        "entitlement": entitlement,
+        "gang_size": 1,
+        "devices_per_member": 1,
+        "estimate": {"uj": uj, "grade": "HwShunt"},
+    }
+
+
 def claim_body(cid: str, rng: random.Random, teams: tuple[str, ...] = TEAMS) -> dict[str, Any]:
     """A random, valid claim: small enough that many admit, big enough that some queue."""
     return {

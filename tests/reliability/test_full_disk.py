@@ -24,7 +24,7 @@ from joulepool.ledger.keys import load_key_file
 from joulepool.ledger.operations import split_ledger
 from joulepool.stores.file import FileStore
 from tests.disks import fill, tmpfs
-from tests.reliability.support import MJ, Figures, Told, audit, roomy, usage_matches
+from tests.reliability.support import MJ, Figures, Told, audit, claim, roomy, usage_matches
 from tests.servers import Deployment, start_serve
 
 DISK = "256k"
@@ -35,16 +35,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real tmpfs of DISK bytes, so ENOSPC is the kernel's."""
     with tmpfs(tmp_path / "disk", DISK) as mount:
         yield mount
-
-
-def claim(cid: str, uj: int = MJ) -> dict[str, object]:
-    return {
-        "id": cid,
-        "entitlement": "vision",
-        "gang_size": 1,
-        "devices_per_member": 1,
-        "estimate": {"uj": uj, "grade": "HwShunt"},
-    }
 
 
 def test_a_full_disk_refuses_admissions_damages_nothing_and_recovers_without_restart(
@@ -122,7 +112,7 @@ def test_a_full_disk_refuses_admissions_damages_nothing_and_recovers_without_res
             assert all(a.status_code == 503 and a.json()["error"] == "disk_full" for a in answers)
             refusals += len(answers)
             # A verdict that writes nothing (here a Deny) is still given on a full disk.
-            r = ops.post("/v1/claims", json=claim("too-big", 10**10 * MJ))
+            r = ops.post("/v1/claims", json=claim("too-big", uj=10**10 * MJ))
             assert (r.status_code, r.json()["verdict"]) == (200, "deny")
 
             assert ledger_path.read_bytes() == before, "a refused append changed the ledger"

@@ -18,20 +18,10 @@ import pytest
 from joulepool.deployment import KEY, LEDGER, PUBLIC_KEY, TOKENS
 from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
 from joulepool.service.tokens import add_token
-from tests.reliability.support import MJ, Figures
+from tests.reliability.support import Figures, claim
 from tests.servers import Deployment, Serve, pool_cli, start_serve
 
 _figures = Figures("keys_and_tokens")
-
-
-def claim(cid: str, ent: str) -> dict[str, object]:
-    return {
-        "id": cid,
-        "entitlement": ent,
-        "gang_size": 1,
-        "devices_per_member": 1,
-        "estimate": {"uj": MJ, "grade": "HwShunt"},
-    }
 
 
 @pytest.mark.parametrize("mode", [0o640, 0o604, 0o644, 0o660, 0o666])

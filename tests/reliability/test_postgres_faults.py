@@ -26,7 +26,7 @@ from joulepool.ledger.entry import event_of
 from joulepool.ledger.keys import load_key_file
 from joulepool.stores.postgres import PostgresStore
 from tests.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
-from tests.reliability.support import MJ, Figures, Told, audit, drive, roomy, usage_matches
+from tests.reliability.support import Figures, Told, audit, claim, drive, roomy, usage_matches
 from tests.servers import Deployment, Serve, start_serve
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_proxy", "pg_server"]
@@ -38,16 +38,6 @@ pytestmark = pytest.mark.postgres
 STORE_ERRORS = {"store_unavailable", "commit_outcome_unknown", "store_error", "not_ready"}
 
 _outcomes: dict[str, float] = {}
-
-
-def claim(cid: str) -> dict[str, object]:
-    return {
-        "id": cid,
-        "entitlement": "vision",
-        "gang_size": 1,
-        "devices_per_member": 1,
-        "estimate": {"uj": MJ, "grade": "HwShunt"},
-    }
 
 
 def ledger_in_db(dsn: str, ledger: str) -> list[bytes]:
