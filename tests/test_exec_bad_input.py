@@ -69,7 +69,11 @@ CORPUS: list[tuple[bytes, str]] = [
     ),
     (json.dumps(decide_case(claim_estimate={"uj": 1})).encode(), "claim.estimate.grade"),
     (json.dumps(decide_case(claim_id="")).encode(), "claim.id"),
-    (json.dumps(decide_case(claim_class=None)).encode(), "claim.class"),
+    # DESIGN.md §3 (pinned): a null optional field is absent, but a null required one and an
+    # empty class are refused.
+    (json.dumps(decide_case(claim_class="")).encode(), "claim.class"),
+    (json.dumps(decide_case(claim_gang_size=None)).encode(), "claim.gang_size"),
+    (json.dumps(decide_case(claim_gang_size=2**64)).encode(), "claim.gang_size"),
     (
         json.dumps(decide_case(usage={"a": {"spent_uj": -5, "held_devices": 0}})).encode(),
         "usage.a.spent_uj",

@@ -591,6 +591,291 @@ def build() -> list[tuple[str, dict[str, Any]]]:
             {"attestation": "self-attested", "length": 3, "error": "covers_different_head"},
         )
     )
+    vs.extend(pinned_edge_cases(good, check, receipt, seal_events))
+    return vs
+
+
+# -- DESIGN.md §3 "Edge cases, pinned" ---------------------------------------------------
+
+
+def sign1_raw(protected: bytes, core_bytes: bytes, signer: SigningKey) -> tuple[bytes, bytes]:
+    """The protected header and signature of a COSE_Sign1 over `core_bytes`, header as given."""
+    return protected, signer.sign(det(["Signature1", protected, b"", core_bytes])).signature
+
+
+def with_header(protected: bytes, core: dict[str, Any]) -> bytes:
+    """A det-CBOR COSE_Sign1 whose protected header is `protected` byte for byte, validly signed."""
+    core_bytes = det(core)
+    _, signature = sign1_raw(protected, core_bytes, key(STEWARD_SEED))
+    return det(cbor2.CBORTag(18, [protected, {}, core_bytes, signature]))
+
+
+def with_payload(payload: bytes) -> bytes:
+    """A det-CBOR COSE_Sign1 with the steward's header around `payload`, validly signed."""
+    protected = det({1: -8, 4: STEWARD.encode()})
+    _, signature = sign1_raw(protected, payload, key(STEWARD_SEED))
+    return det(cbor2.CBORTag(18, [protected, {}, payload, signature]))
+
+
+def text_key(name: str) -> bytes:
+    return det(name)
+
+
+def repeated_key_map(core: dict[str, Any], repeat: str) -> bytes:
+    """`core` in det-CBOR order with the pair of `repeat` written twice: well-formed CBOR."""
+    pairs = sorted(((det(k), det(v)) for k, v in core.items()), key=lambda kv: kv[0])
+    body = b""
+    for k, v in pairs:
+        body += k + v
+        if k == det(repeat):
+            body += k + v
+    count = len(pairs) + 1
+    assert count < 24
+    return bytes([0xA0 | count]) + body
+
+
+def pinned_edge_cases(
+    good: list[bytes], check: Any, receipt: Any, seal_events: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Vectors for DESIGN.md §3 "Edge cases, pinned": the ledger and witness lines."""
+    vs = []
+    prev1 = address(good[0])
+    entry1 = admitted(1, prev1, "job-2", "language", 7, "ModelBased")
+    sound1 = chain([dict(entry1)])[0]
+    assert sound1 == chain([admitted(1, prev1, "job-2", "language", 7, "ModelBased")])[0]
+
+    # Not tag 18: a tag-55799 (self-described CBOR) wrapper around a sound entry.
+    vs.append(
+        vector(
+            "13-6.5-malformed-tag-55799-wrapper",
+            "6.5",
+            "7.13",
+            "Entry 1 is a sound, validly signed COSE_Sign1 wrapped in tag 55799 (self-described CBOR): not tag 18, malformed at 1.",
+            replay_case([good[0], b"\xd9\xd9\xf7" + sound1]),
+            refused(1, "malformed"),
+        )
+    )
+    parts = cbor2.loads(sound1).value
+    vs.append(
+        vector(
+            "13-6.5-malformed-untagged-array",
+            "6.5",
+            "7.13",
+            "Entry 1 has the four parts of a sound COSE_Sign1 but no tag: not tag 18, malformed at 1.",
+            replay_case([good[0], det(list(parts))]),
+            refused(1, "malformed"),
+        )
+    )
+    vs.append(
+        vector(
+            "13-6.5-malformed-other-tag",
+            "6.5",
+            "7.13",
+            "Entry 1 carries the four parts of a sound COSE_Sign1 under tag 98 (COSE_Sign): not tag 18, malformed at 1.",
+            replay_case([good[0], det(cbor2.CBORTag(98, list(parts)))]),
+            refused(1, "malformed"),
+        )
+    )
+    # Protected headers that are not exactly {1: -8, 4: kid}, each in det-CBOR key order
+    # and validly signed, so nothing but the header's content is at fault.
+    kid = det(STEWARD.encode())
+    headers = {
+        "true-key": (
+            b"\xa2\x04" + kid + b"\xf5\x27",
+            "{4: kid, true: -8}: a true key is not the integer 1",
+        ),
+        "float-key": (
+            b"\xa2\x04" + kid + b"\xf9\x3c\x00\x27",
+            "{4: kid, 1.0: -8}: a float key is not the integer 1",
+        ),
+        "extra-key": (
+            b"\xa3\x01\x27\x03\x00\x04" + kid,
+            "{1: -8, 3: 0, 4: kid}: a third parameter",
+        ),
+        "true-beside-1": (
+            b"\xa3\x01\x27\x04" + kid + b"\xf5\x27",
+            "{1: -8, 4: kid, true: -8}: a true key beside 1 is a third parameter, not a repeat",
+        ),
+        "other-alg": (b"\xa2\x01\x26\x04" + kid, "{1: -7 (ES256), 4: kid}: not EdDSA"),
+        "text-keys": (
+            b"\xa2" + text_key("1") + b"\x27" + text_key("4") + kid,
+            '{"1": -8, "4": kid}: text keys, not integers',
+        ),
+    }
+    for name, (protected, why) in headers.items():
+        cbor2.loads(protected)  # each is well-formed CBOR
+        vs.append(
+            vector(
+                f"13-6.5-malformed-protected-header-{name}",
+                "6.5",
+                "7.13",
+                f"Entry 1's protected header is {why}; validly signed: malformed at 1.",
+                replay_case([good[0], with_header(protected, entry1)]),
+                refused(1, "malformed"),
+            )
+        )
+    vs.append(
+        vector(
+            "14-6.6-non-canonical-protected-header-repeated-key",
+            "6.6",
+            "7.14",
+            "Entry 1's protected header writes 1: -8 twice ({1: -8, 1: -8, 4: kid}), validly signed: well-formed, exactly alg and kid, but a repeated key: non_canonical at 1.",
+            replay_case([good[0], with_header(b"\xa3\x01\x27\x01\x27\x04" + kid, entry1)]),
+            refused(1, "non_canonical"),
+        )
+    )
+    # Payloads that are not one well-formed CBOR item that is a map.
+    payloads = {
+        "array": (det(list(entry1.values())), "an array of the core's values"),
+        "integer": (det(1), "the integer 1"),
+        "float": (b"\xf9\x3e\x00", "the float 1.5"),
+        "trailing-bytes": (det(entry1) + b"\x00", "a sound core followed by one byte 0x00"),
+    }
+    for name, (payload, why) in payloads.items():
+        vs.append(
+            vector(
+                f"13-6.5-malformed-payload-{name}",
+                "6.5",
+                "7.13",
+                f"Entry 1's payload is {why}, validly signed: not one CBOR map, malformed at 1.",
+                replay_case([good[0], with_payload(payload)]),
+                refused(1, "malformed"),
+            )
+        )
+    repeated = repeated_key_map(entry1, "claim")
+    cbor2.loads(repeated)  # well-formed
+    vs.append(
+        vector(
+            "14-6.6-non-canonical-repeated-key",
+            "6.6",
+            "7.14",
+            "Entry 1's core writes the pair claim: 'job-2' twice: well-formed CBOR, validly signed, but no det-CBOR map repeats a key: non_canonical at 1.",
+            replay_case([good[0], with_payload(repeated)]),
+            refused(1, "non_canonical"),
+        )
+    )
+    empty_class = admitted(1, prev1, "job-2", "language", 7, "ModelBased", **{"class": ""})
+    vs.append(
+        vector(
+            "13-6.5-malformed-empty-class",
+            "6.5",
+            "7.13",
+            "Entry 1 is an admission declaring class '', signed and chained: an empty class names no class, malformed at 1.",
+            replay_case([good[0], chain([empty_class])[0]]),
+            refused(1, "malformed"),
+        )
+    )
+    # Witness receipts at length 0 cover no entry.
+    zero = receipt(WITNESS_SEED, WITNESS, GENESIS, 0)
+    vs.append(
+        vector(
+            "16-6.8-receipt-at-length-0-stays-self-attested",
+            "6.8",
+            "7.16",
+            "A valid receipt over the genesis head at length 0 covers no entry: the 3-entry ledger stays self-attested, with no error.",
+            check(zero, pub(WITNESS_SEED)),
+            {"attestation": "self-attested", "length": 3},
+        )
+    )
+    empty_case = check(zero, pub(WITNESS_SEED))
+    empty_case["ledger_hex"] = ""
+    vs.append(
+        vector(
+            "16-6.8-receipt-over-empty-ledger-stays-self-attested",
+            "6.8",
+            "7.16",
+            "A valid receipt at length 0 over an empty ledger: self-attested at length 0, never witnessed through 0.",
+            empty_case,
+            {"attestation": "self-attested", "length": 0},
+        )
+    )
+    # An optional field given as null is absent.
+    null_receipt = check(None, pub(WITNESS_SEED))
+    null_receipt["receipt_hex"] = None
+    vs.append(
+        vector(
+            "16-6.8-null-receipt-is-no-receipt",
+            "6.8",
+            "7.16",
+            "receipt_hex given as null is absent: the ledger is graded self-attested as with no receipt.",
+            null_receipt,
+            {"attestation": "self-attested", "length": 3},
+        )
+    )
+    ledger_hex = b"".join(good).hex()
+    vs.append(
+        vector(
+            "16-6.7-witness-null-steward-key-is-absent",
+            "6.7",
+            "7.16",
+            "steward_public_key_hex given as null is absent: the same receipt bytes as a witness told no steward key.",
+            {
+                "op": "witness",
+                "steward": STEWARD,
+                "witness": WITNESS,
+                "witness_secret_key_hex": WITNESS_SEED.hex(),
+                "ledger_hex": ledger_hex,
+                "length": 2,
+                "at_ms": 1_764_000_100_000,
+                "steward_public_key_hex": None,
+            },
+            {"receipt_hex": receipt(WITNESS_SEED, WITNESS, address(good[1]), 2).hex()},
+        )
+    )
+    null_class = [dict(e) for e in seal_events]
+    assert "class" not in null_class[1]
+    null_class[1]["class"] = None
+    vs.append(
+        vector(
+            "13-6.5-seal-null-class-is-absent",
+            "6.5",
+            "7.13",
+            "An admitted event whose class is null seals exactly as one with no class: byte for byte the same entries.",
+            {
+                "op": "seal",
+                "steward": STEWARD,
+                "secret_key_hex": STEWARD_SEED.hex(),
+                "events": null_class,
+            },
+            {"entries_hex": [e.hex() for e in good], "head_hex": address(good[-1]).hex()},
+        )
+    )
+    top = 2**64 - 1
+    big = chain(
+        [admitted(0, "auto", "job-1", "vision", top, "HwShunt", at_ms=top, borrowed_uj=top)]
+    )
+    vs.append(
+        vector(
+            "10-6.1-figures-at-2-64-minus-1-replay",
+            "6.1",
+            "7.10",
+            "An admission whose reserved_uj, borrowed_uj and at_ms are 2**64 - 1, the largest figure an entry carries, replays.",
+            replay_case(big),
+            {
+                "ok": True,
+                "length": 1,
+                "head_hex": address(big[0]).hex(),
+                "usage": {"vision": {"spent_uj": top, "held_devices": 2}},
+                "open_claims": ["job-1"],
+            },
+        )
+    )
+    over = [dict(seal_events[0], at_ms=2**64)]
+    vs.append(
+        vector(
+            "13-6.5-seal-figure-past-2-64-minus-1-is-invalid-input",
+            "6.5",
+            "7.13",
+            "An event whose at_ms is 2**64, past the range an entry can carry: invalid_input, nothing sealed.",
+            {
+                "op": "seal",
+                "steward": STEWARD,
+                "secret_key_hex": STEWARD_SEED.hex(),
+                "events": over,
+            },
+            {"error": "invalid_input"},
+        )
+    )
     return vs
 
 

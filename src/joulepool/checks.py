@@ -1,6 +1,8 @@
-"""The shape rules every input obeys (DESIGN.md §2): integers, never negative; real names.
+"""The shape rules every input obeys (DESIGN.md §2, §3): integers in [0, 2**64 - 1]; real names.
 
-No float, bool or None stands in for a figure, and no empty string for a name.
+No float, bool or None stands in for a figure, and no empty string for a name. A figure
+past 2**64 - 1 is refused at the door, not when its entry is sealed: the range is the one a
+ledger entry can carry (DESIGN.md §3, "Edge cases, pinned").
 """
 
 from __future__ import annotations
@@ -10,15 +12,20 @@ from typing import Any
 
 from joulepool.errors import InvalidInput
 
+FIGURE_MAX = 2**64 - 1
+"""The largest figure (DESIGN.md §3): the largest unsigned integer a det-CBOR entry carries."""
+
 
 def check_figure(value: object, field: str) -> int:
-    """Refuse anything but a non-negative integer (DESIGN.md §2): no float, bool or None."""
+    """Refuse anything but an integer in [0, 2**64 - 1] (DESIGN.md §2, §3): no float, bool or None."""
     if type(value) is not int:
         if isinstance(value, int) and not isinstance(value, bool):
             return check_figure(int(value), field)  # an int subclass (an IntEnum) is its value
         raise InvalidInput(field, f"must be a non-negative integer, got {type(value).__name__}")
     if value < 0:
         raise InvalidInput(field, f"must not be negative, got {value}")
+    if value > FIGURE_MAX:
+        raise InvalidInput(field, f"must be at most 2**64 - 1, got {value}")
     return value
 
 
@@ -34,9 +41,11 @@ def check_text(value: object, field: str) -> str:
 def check_keys(
     obj: object, where: str, required: Iterable[str], optional: Iterable[str] = ()
 ) -> Mapping[str, Any]:
-    """Refuse an object with an unknown, a missing or a null field, naming it (CONFORMANCE.md).
+    """Refuse an object with an unknown or a missing field, naming it (CONFORMANCE.md).
 
-    An optional field is absent, never null (DESIGN.md §4).
+    In JSON input an optional field given as null is absent (DESIGN.md §3, "Edge cases,
+    pinned"): the mapping returned leaves it out, so a caller reads the returned mapping,
+    not `obj`. A required field given as null is refused as missing its value.
     """
     if not isinstance(obj, Mapping):
         raise InvalidInput(where, "must be an object")
@@ -48,9 +57,10 @@ def check_keys(
     for name in need:
         if name not in obj:
             raise InvalidInput(join_field(where, name), "missing")
-    for name, value in obj.items():
-        if value is None:
-            raise InvalidInput(join_field(where, str(name)), "null is not a value: leave it out")
+        if obj[name] is None:
+            raise InvalidInput(join_field(where, name), "missing: null is not a value")
+    if any(value is None for value in obj.values()):
+        return {name: value for name, value in obj.items() if value is not None}
     return obj
 
 

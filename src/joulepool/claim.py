@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from joulepool.checks import check_figure, check_keys, check_text
@@ -34,8 +33,9 @@ class Claim:
         check_figure(self.devices_per_member, "devices_per_member")
         if not isinstance(self.estimate, Energy):
             raise InvalidInput("estimate", "must be an Energy")
-        if self.class_ is not None and not isinstance(self.class_, str):
-            raise InvalidInput("class", "must be a string")
+        if self.class_ is not None:
+            # An empty class names no class (DESIGN.md §3, "Edge cases, pinned").
+            check_text(self.class_, "class")
 
     @property
     def devices(self) -> int:
@@ -44,16 +44,18 @@ class Claim:
 
     @classmethod
     def from_json(cls, obj: object, where: str = "claim") -> Claim:
-        """Read the CONFORMANCE.md Claim shape strictly: no unknown or missing field."""
-        check_keys(obj, where, _REQUIRED, ("class",))
-        assert isinstance(obj, Mapping)
+        """Read the CONFORMANCE.md Claim shape strictly: no unknown or missing field (§2.4).
+
+        `class` given as null is absent; given as "" it is invalid (DESIGN.md §3, pinned).
+        """
+        obj = check_keys(obj, where, _REQUIRED, ("class",))
         check_text(obj["id"], f"{where}.id")
         check_text(obj["entitlement"], f"{where}.entitlement")
         check_figure(obj["gang_size"], f"{where}.gang_size")
         check_figure(obj["devices_per_member"], f"{where}.devices_per_member")
         class_ = obj.get("class")
-        if class_ is not None and not isinstance(class_, str):
-            raise InvalidInput(f"{where}.class", "must be a string")
+        if class_ is not None:
+            check_text(class_, f"{where}.class")
         return cls(
             id=obj["id"],
             entitlement=obj["entitlement"],

@@ -7,6 +7,8 @@ kind on its own and a command line can print it without a traceback.
 
 from __future__ import annotations
 
+import errno
+
 
 class PoolError(Exception):
     """Root of every error joulepool raises on purpose."""
@@ -31,8 +33,10 @@ class InvalidInput(PoolError):
 class InvalidTree(InvalidInput):
     """An entitlement tree was refused when it was built (standard §2.1, DESIGN.md §3).
 
-    `structural` tells a broken tree (duplicate id, unknown parent, cycle, limit below the
-    guarantee) from a badly typed figure in one node, which is invalid input like any other.
+    `structural` tells a broken tree (an empty id or parent, duplicate id, unknown parent,
+    cycle, limit below the guarantee) from a badly typed figure in one node, which is invalid
+    input like any other: its `code` is then `invalid_input` (DESIGN.md §3, "Edge cases,
+    pinned").
     """
 
     code = "invalid_tree"
@@ -54,6 +58,7 @@ class InvalidTree(InvalidInput):
         self.reason = reason
         self.file = file
         self.structural = structural
+        self.code = "invalid_tree" if structural else "invalid_input"
 
     def in_file(self, file: str) -> InvalidTree:
         """The same refusal, naming the file the tree came from."""
@@ -77,6 +82,7 @@ class LedgerRefused(PoolError):
 
     def __init__(self, index: int, error: str, detail: str = "") -> None:
         super().__init__(f"entry {index}: {error}" + (f" ({detail})" if detail else ""))
+        self.detail = detail  # the sentence alone: index and error have their own fields
         self.index = index
         self.error = error
 
@@ -101,6 +107,17 @@ class StoreError(PoolError):
     """A ledger store could not be opened, read or appended to."""
 
     code = "store_error"
+
+
+class DiskFull(StoreError):
+    """A write found no space left (ENOSPC, EDQUOT); what was there before is unchanged."""
+
+    code = "disk_full"
+
+
+def no_space(exc: OSError) -> bool:
+    """Whether an OSError says the disk (or the quota) is full."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class ClaimError(PoolError):

@@ -41,8 +41,9 @@ class Admitted(msgspec.Struct, frozen=True, gc=False):
             raise InvalidInput("gang_size", "an admitted gang has members and devices")
         if self.borrowed_uj > self.reserved.uj:
             raise InvalidInput("borrowed_uj", "cannot exceed the reservation")
-        if self.class_ is not None and not isinstance(self.class_, str):
-            raise InvalidInput("class", "must be a string")
+        if self.class_ is not None:
+            # An empty class names no class (DESIGN.md §3, pinned): in an entry it is malformed.
+            check_text(self.class_, "class")
 
     @property
     def devices(self) -> int:

@@ -57,12 +57,15 @@ def op_attribute(case: Mapping[str, Any]) -> Result:
 
 
 def op_derive_estimate(case: Mapping[str, Any]) -> Result:
-    """§2.6: an estimate earned from a history of released claims, or why not."""
-    check_keys(case, "", ("op", "history", "class"), ("required", "entitlement"))
+    """§2.6: an estimate earned from a history of released claims, or why not.
+
+    `class` missing, null or empty declines `empty_class` with both counts (DESIGN.md §3).
+    """
+    case = check_keys(case, "", ("op", "history"), ("class", "required", "entitlement"))
     history = []
-    for i, item in enumerate(_list(case, "history")):
+    for i, given in enumerate(_list(case, "history")):
         where = f"history[{i}]"
-        check_keys(item, where, ("entitlement", "actual"), ("class",))
+        item = check_keys(given, where, ("entitlement", "actual"), ("class",))
         declared = item.get("class")
         if declared is not None and not isinstance(declared, str):
             raise InvalidInput(f"{where}.class", "must be a string")
@@ -73,8 +76,8 @@ def op_derive_estimate(case: Mapping[str, Any]) -> Result:
                 Energy.from_json(item["actual"], f"{where}.actual"),
             )
         )
-    class_ = case["class"]
-    if not isinstance(class_, str):
+    class_ = case.get("class")
+    if class_ is not None and not isinstance(class_, str):
         raise InvalidInput("class", "must be a string")
     required = check_figure(case.get("required", DEFAULT_REQUIRED), "required")
     scope = case.get("entitlement")
@@ -165,7 +168,7 @@ def run_case(case: Any) -> Result:
             raise InvalidInput("op", f"unknown operation {op!r}; expected one of {known}")
         return OPERATIONS[op](case)
     except InvalidTree as exc:
-        return {"error": "invalid_tree" if exc.structural else "invalid_input", "detail": str(exc)}
+        return {"error": exc.code, "detail": str(exc)}
     except AttributionRefused as exc:
         return {"error": exc.error, "detail": str(exc)}
     except InvalidInput as exc:

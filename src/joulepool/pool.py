@@ -26,12 +26,13 @@ from joulepool.estimate import Declined, Derived, derive_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
-from joulepool.ledger.cose import GENESIS, content_address, open_envelope, seal
-from joulepool.ledger.entry import core_of, event_of
+from joulepool.ledger.cose import open_envelope
+from joulepool.ledger.entry import event_of, seal_entry
 from joulepool.ledger.fold import LedgerState
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import replay
-from joulepool.stores.base import Store
+from joulepool.ledger.rollback import Mark
+from joulepool.stores.base import Store, head_at, refuse_rollback
 from joulepool.tree import EntitlementUsage, Tree
 
 
@@ -112,6 +113,7 @@ class Pool:
         clock: Callable[[], int] = wall_clock_ms,
         replay_workers: int = 1,
         progress: Callable[[int], None] | None = None,
+        acknowledged: Sequence[Mark] = (),
     ) -> None:
         if key.seed is None:
             raise PoolError("the steward's key must include its secret to seal entries")
@@ -125,7 +127,9 @@ class Pool:
         # Readers take it too, so nobody sees an entry that is decided but not yet durable.
         self._commit_lock = threading.RLock()
         self.appends = 0
-        # A restart never hands a tenant its spent guarantee back (§6.1).
+        # A restart never hands a tenant its spent guarantee back (§6.1): not by replaying a
+        # damaged ledger, and not by replaying one shorter than what was acknowledged.
+        refuse_rollback(store, acknowledged)
         self._replayer = replay(
             store.entries(),
             key.kid,
@@ -183,9 +187,7 @@ class Pool:
 
     def head_at(self, length: int) -> bytes:
         """The ledger's head after its first `length` entries."""
-        if length == 0:
-            return GENESIS
-        return content_address(self.store.entry(length - 1))
+        return head_at(self.store, length)
 
     def usage_of(self, entitlement: str) -> EntitlementUsage:
         """One entitlement's figures: spent, reserved, held devices, running claims."""
@@ -348,10 +350,8 @@ class Pool:
                 )
             event = Released(req.claim_id, req.actual, at_ms)
             req.result = Release(req.claim_id, state.length, req.actual)
-        raw = seal(
-            core_of(event, state.length, self._replayer.head, self.steward),
-            self.steward,
-            self.key.signing_key,
+        raw = seal_entry(
+            event, state.length, self._replayer.head, self.steward, self.key.signing_key
         )
         self._replayer.extend(raw, event)
         return raw
@@ -374,9 +374,12 @@ def open_pool(
     folder: Path, *, replay_workers: int = 1, progress: Callable[[int], None] | None = None
 ) -> Pool:
     """Open a deployment folder: its tree, its steward key and its ledger file (§6.1)."""
-    from joulepool.deployment import CONFIG, KEY, LEDGER, read_config
+    import sys
+
+    from joulepool.deployment import CONFIG, KEY, LEDGER, WITNESSES, read_config
     from joulepool.ledger.keys import load_key_file
     from joulepool.stores.file import FileStore
+    from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
     key = load_key_file(folder / KEY, require_secret=True)
@@ -385,6 +388,9 @@ def open_pool(
             f"{folder / KEY}: the key's kid {key.kid!r} is not the steward {config.steward!r} "
             f"named in {folder / CONFIG}"
         )
+    marks, problems = kept_marks(folder / WITNESSES, config.steward)
+    for problem in problems:
+        print(f"pool: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
     store = FileStore(folder / LEDGER)
     try:
         return Pool(
@@ -395,6 +401,7 @@ def open_pool(
             required_evidence=config.required_evidence,
             replay_workers=replay_workers,
             progress=progress,
+            acknowledged=marks,
         )
     except BaseException:
         store.close()

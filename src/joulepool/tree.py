@@ -40,13 +40,13 @@ class Entitlement:
             )
         for name in ("guarantee_uj", "guarantee_devices", "over_quota_weight", "priority"):
             _node_figure(self.id, name, getattr(self, name))
-        if self.parent is not None and (not isinstance(self.parent, str) or not self.parent):
+        if self.parent is not None and not isinstance(self.parent, str):
             raise InvalidTree(
-                self.id,
-                "parent",
-                f"must be a non-empty string, got {self.parent!r}",
-                structural=False,
+                self.id, "parent", f"must be a string, got {self.parent!r}", structural=False
             )
+        if self.parent == "":
+            # An empty parent names no node of the tree (DESIGN.md §3, "Edge cases, pinned").
+            raise InvalidTree(self.id, "parent", "an empty parent names no node")
         if self.limit_uj is not None:
             _node_figure(self.id, "limit_uj", self.limit_uj)
             if self.limit_uj < self.guarantee_uj:
@@ -58,24 +58,26 @@ class Entitlement:
 
     @classmethod
     def from_json(cls, obj: object, where: str = "entitlement") -> Entitlement:
-        """Read the CONFORMANCE.md Entitlement shape strictly: no unknown or missing field."""
+        """Read the CONFORMANCE.md Entitlement shape strictly: no unknown or missing field (§2.1).
+
+        An optional field given as null is absent (DESIGN.md §3, "Edge cases, pinned").
+        """
         node = obj.get("id") if isinstance(obj, Mapping) else None
         node_id = node if isinstance(node, str) else None
         try:
-            check_keys(obj, where, _REQUIRED_FIELDS, _OPTIONAL_FIELDS)
+            fields = check_keys(obj, where, _REQUIRED_FIELDS, _OPTIONAL_FIELDS)
         except InvalidInput as exc:
             raise InvalidTree(
                 node_id, exc.field, exc.detail.rsplit(": ", 1)[-1], structural=False
             ) from None
-        assert isinstance(obj, Mapping)
         return cls(
-            id=obj["id"],
-            parent=obj.get("parent"),
-            guarantee_uj=obj["guarantee_uj"],
-            guarantee_devices=obj["guarantee_devices"],
-            over_quota_weight=obj["over_quota_weight"],
-            limit_uj=obj.get("limit_uj"),
-            priority=obj.get("priority", 0),
+            id=fields["id"],
+            parent=fields.get("parent"),
+            guarantee_uj=fields["guarantee_uj"],
+            guarantee_devices=fields["guarantee_devices"],
+            over_quota_weight=fields["over_quota_weight"],
+            limit_uj=fields.get("limit_uj"),
+            priority=fields.get("priority", 0),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -95,15 +97,11 @@ class Entitlement:
 
 
 def _node_figure(node: str, field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTree(
-            node,
-            field,
-            f"must be a non-negative integer, got {type(value).__name__}",
-            structural=False,
-        )
-    if value < 0:
-        raise InvalidTree(node, field, f"must not be negative, got {value}", structural=False)
+    """A tree's figure is a figure like any other (DESIGN.md §3): a bad one is invalid input."""
+    try:
+        check_figure(value, field)
+    except InvalidInput as exc:
+        raise InvalidTree(node, field, exc.detail.rsplit(": ", 1)[-1], structural=False) from None
 
 
 class Tree:

@@ -28,7 +28,7 @@ def test_zero_microjoules_from_a_guess_is_no_verdict() -> None:
 
 
 def test_no_threshold_however_high_lets_a_guess_through() -> None:
-    v = idle_verdict(IdlePolicy(1, 10**30), IdleObservation("w", 8, 10**9, Energy(1, E)))
+    v = idle_verdict(IdlePolicy(1, 2**64 - 1), IdleObservation("w", 8, 10**9, Energy(1, E)))
     assert v.kind is IdleVerdictKind.no_verdict
     assert v.reason is NoVerdictReason.unobserved
 

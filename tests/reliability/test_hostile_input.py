@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joulepool.admission import Admit
-from joulepool.errors import InvalidInput, LedgerRefused
+from joulepool.errors import ClaimError, InvalidInput, LedgerRefused
 from joulepool.execute import exec_bytes
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.cbor import CborRefused, decode_strict
@@ -653,8 +653,13 @@ def test_the_ledger_still_verifies_after_the_fuzzing(served: tuple[Deployment, S
 
 
 def test_a_hostile_request_in_a_group_commit_fails_alone(tmp_path: Path) -> None:
-    """A request that cannot be sealed (an id too long for an entry, a figure past CBOR's
-    range) is refused by itself; the honest requests committed with it get their verdicts."""
+    """A request that cannot be sealed (an id too long for an entry) or recorded (a release
+    of a claim never admitted) is refused by itself; the honest requests committed with it
+    get their verdicts."""
+    # A figure past 2**64 - 1 never reaches a commit: it is refused where it is built
+    # (DESIGN.md §3, "Edge cases, pinned").
+    with pytest.raises(InvalidInput):
+        Energy(2**64, Grade.HwShunt)
     pool = Pool(team_tree(g=10**6), STEWARD, create(tmp_path / "ledger.cbor"))
     try:
         pool.submit(claim("victim", "a", 10))
@@ -670,7 +675,7 @@ def test_a_hostile_request_in_a_group_commit_fails_alone(tmp_path: Path) -> None
             ("honest-1", lambda: pool.submit(claim("h1", "a", 10))),
             ("too-long", lambda: pool.submit(claim("x" * (2 << 20), "b", 10))),
             ("honest-2", lambda: pool.submit(claim("h2", "b", 10))),
-            ("past-range", lambda: pool.release("victim", Energy(2**64, Grade.HwShunt))),
+            ("never-admitted", lambda: pool.release("ghost", Energy(1, Grade.HwShunt))),
             ("honest-3", lambda: pool.submit(claim("h3", "c", 10))),
         ]
         # Holding the commit lock makes all five queue and meet in one group commit.
@@ -688,8 +693,8 @@ def test_a_hostile_request_in_a_group_commit_fails_alone(tmp_path: Path) -> None
             decision = results[name]
             assert not isinstance(decision, Exception), (name, decision)
             assert isinstance(decision.verdict, Admit), (name, decision)  # type: ignore[attr-defined]
-        for name in ("too-long", "past-range"):
-            assert isinstance(results[name], InvalidInput), (name, results[name])
+        assert isinstance(results["too-long"], InvalidInput), results["too-long"]
+        assert isinstance(results["never-admitted"], ClaimError), results["never-admitted"]
         assert pool.length == 4
         assert pool.claim_state("victim") is not None and pool.claim_state("victim").running  # type: ignore[union-attr]
     finally:

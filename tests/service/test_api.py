@@ -91,7 +91,10 @@ def test_queue_and_deny_are_verdicts_with_reasons(server: Serve, deployment: Dep
         (body("x", "vision", 1) | {"gang_size": -1}, "gang_size"),
         (body("x", "vision", 1) | {"gang_size": True}, "gang_size"),
         (body("x", "vision", 1) | {"extra": 1}, "extra"),
-        (body("x", "vision", 1) | {"class": None}, "class"),
+        # DESIGN.md §3 (pinned): null is absent only for an optional field; "" is no class.
+        (body("x", "vision", 1) | {"id": None}, "id"),
+        (body("x", "vision", 1) | {"class": ""}, "class"),
+        (body("x", "vision", 2**64), "uj"),
         (body("x", "vision", 1) | {"estimate": {"uj": 1, "grade": "Guess"}}, "grade"),
         (body("x", "vision", 1) | {"estimate": {"uj": "1", "grade": "HwShunt"}}, "uj"),
     ],

@@ -1,4 +1,10 @@
-"""`pool ledger verify | show | usage | recover | export`: reading and exporting ledgers (§6)."""
+"""`pool ledger verify | show | usage | recover | acknowledge | export`: reading, repairing
+and exporting ledgers (§6).
+
+Each reading command takes a ledger file or a deployment folder. Given a folder, it also
+holds the ledger to what the deployment acknowledged: its high-water record and its kept
+witness receipts (`ledger.rollback`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +29,45 @@ PROGRESS_FROM = 20_000
 """A ledger at least this long shows a progress bar while it verifies (on a terminal)."""
 
 
-def steward_key(ledger: Path, key: str | None) -> KeyPair:
-    """The steward's public key: `--key`, else `steward.pub` beside the ledger file."""
-    from joulepool.deployment import PUBLIC_KEY
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where a reading command finds a ledger, its key and its kept receipts."""
+
+    ledger: Path
+    key: Path
+    witnesses: Path
+    deployment: bool
+
+
+def locate(target: str, key: str | None, witnesses: str | None = None) -> Located:
+    """A ledger file, or the ledger of a deployment folder, with where its key and receipts
+    are: `--key`, else `steward.pub` beside it; `--witnesses`, else `witnesses/` beside it."""
+    from joulepool.deployment import LEDGER, PUBLIC_KEY, WITNESSES
+    from joulepool.errors import InvalidInput
+
+    path = Path(target)
+    deployment = path.is_dir()
+    ledger = path / LEDGER if deployment else path
+    if deployment and not ledger.is_file():
+        raise InvalidInput(target, f"a folder, but not a deployment: it has no {LEDGER}")
+    folder = ledger.parent
+    return Located(
+        ledger,
+        Path(key) if key else folder / PUBLIC_KEY,
+        Path(witnesses) if witnesses else folder / WITNESSES,
+        deployment,
+    )
+
+
+def steward_key(path: Path, given: bool) -> KeyPair:
+    """The steward's public key at `path`: given as `--key`, or found beside the ledger."""
     from joulepool.errors import KeyFileError
     from joulepool.ledger.keys import load_key_file
 
-    path = Path(key) if key else ledger.parent / PUBLIC_KEY
-    if not key and not path.exists():
+    if not given and not path.exists():
         raise KeyFileError(
-            f"no steward key: {path} does not exist; pass --key with the steward's public key file"
+            f"no steward key: {path} does not exist; pass --key with the steward's "
+            "public key file, or give the deployment folder"
         )
     return load_key_file(path)
 
@@ -61,14 +97,15 @@ def _with_progress(total: int, run: Callable[[Callable[[int], None] | None], Rep
 
 
 def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
-    """Open the ledger read-only and replay it, or raise `LedgerRefused` at its index."""
+    """Open the ledger read-only and replay it, or raise `LedgerRefused` at its index; then
+    hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1)."""
     from joulepool.errors import LedgerRefused
     from joulepool.ledger.replay import replay
     from joulepool.stores.file import FileStore
 
-    path = Path(args.file)
-    key = steward_key(path, args.key)
-    store = FileStore(path, writer=False)
+    where = locate(args.file, args.key, getattr(args, "witnesses", None))
+    key = steward_key(where.key, bool(args.key))
+    store = FileStore(where.ledger, writer=False)
     workers = args.workers if args.workers else min(os.cpu_count() or 1, 4)
     if len(store) < 2_000:
         workers = 1
@@ -80,41 +117,61 @@ def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
             ),
         )
         if store.tail is not None:
-            what = "incomplete (a torn write)" if store.tail.torn else "not a ledger entry"
-            hint = f"; `pool ledger recover {path}` truncates it" if store.tail.torn else ""
-            raise LedgerRefused(
-                len(store),
-                "malformed",
-                f"{store.tail.length} bytes at offset {store.tail.offset} are {what}{hint}",
-            )
+            tail = store.tail
+            if tail.torn:
+                detail = (
+                    f"{tail.length} bytes at offset {tail.offset} are incomplete (a torn "
+                    f"write); `pool ledger recover {args.file}` truncates them"
+                )
+            else:
+                detail = (
+                    f"{tail.length} bytes at offset {tail.offset} are a damaged entry, not a "
+                    f"torn write: {tail.detail}"
+                )
+            raise LedgerRefused(len(store), "malformed", detail)
+        _hold_to_acknowledged(store, where, key.kid)
     except BaseException:
         store.close()
         raise
     return store, key, replayer
 
 
+def _hold_to_acknowledged(store: FileStore, where: Located, steward: str) -> None:
+    """Refuse a verified ledger shorter than its high-water record or a kept receipt.
+
+    A bare ledger file without a record is read as it is (it may be a copy or an export);
+    a deployment's ledger without one is refused, as `pool serve` would refuse it.
+    """
+    from joulepool.ledger.rollback import check_acknowledged
+    from joulepool.stores.base import head_at, refuse_rollback
+    from joulepool.witnesses import kept_marks
+
+    marks, problems = kept_marks(where.witnesses, steward)
+    for problem in problems:
+        print(f"pool: warning: {where.witnesses}: {problem}", file=sys.stderr)
+    if where.deployment or store.high_water() is not None:
+        refuse_rollback(store, marks)
+    else:
+        check_acknowledged(marks, len(store), lambda n: head_at(store, n), store.name)
+
+
 def _attestation(
     args: argparse.Namespace, store: FileStore, key: KeyPair, replayer: Replayer
 ) -> Any:
-    from joulepool.deployment import WITNESSES
-    from joulepool.ledger.cose import GENESIS, content_address
     from joulepool.ledger.keys import load_key_file
+    from joulepool.stores.base import head_at
     from joulepool.witnesses import KeptReceipt, attestation, load_receipts
 
-    folder = Path(args.witnesses) if args.witnesses else Path(args.file).parent / WITNESSES
-    kept = load_receipts(folder)
+    kept = load_receipts(locate(args.file, args.key, args.witnesses).witnesses)
     for receipt, witness_key in zip(args.receipt, args.witness_key, strict=False):
         wk = load_key_file(Path(witness_key))
         kept.append(KeptReceipt(wk.kid, wk.public_key, Path(receipt).read_bytes()))
-
-    def head_at(n: int) -> bytes:
-        return content_address(store.entry(n - 1)) if n else GENESIS
-
-    return attestation(kept, key.kid, key.public_key, replayer.length, head_at)
+    return attestation(kept, key.kid, key.public_key, replayer.length, lambda n: head_at(store, n))
 
 
 def _verify(args: argparse.Namespace) -> int:
     from joulepool.errors import InvalidInput, LedgerRefused
+    from joulepool.ledger.rollback import HighWaterMissing, LedgerRolledBack
 
     if len(args.receipt) != len(args.witness_key):
         raise InvalidInput("--receipt", "give one --witness-key for each --receipt")
@@ -129,8 +186,16 @@ def _verify(args: argparse.Namespace) -> int:
             lambda c: c.print(f"REFUSED at entry {exc.index}: {exc.error}: {exc.detail}"),
         )
         return 1
+    except (LedgerRolledBack, HighWaterMissing) as rolled:
+        gone = rolled
+        out: dict[str, Any] = {"ok": False, "error": gone.code, "detail": gone.detail}
+        if isinstance(gone, LedgerRolledBack):
+            out |= {"length": gone.length, "acknowledged": gone.acknowledged}
+        emit(args, out, lambda c: c.print(f"REFUSED: {gone.code}: {gone.detail}"))
+        return 1
     try:
         report = _attestation(args, store, key, replayer)
+        high = store.high_water()
     finally:
         store.close()
     result: dict[str, Any] = {
@@ -139,6 +204,7 @@ def _verify(args: argparse.Namespace) -> int:
         "length": replayer.length,
         "head_hex": replayer.head.hex(),
         "attestation": report.attestation.value,
+        "acknowledged": high.length if high is not None else None,
     }
     if report.through is not None:
         result["witnessed_through"] = report.through
@@ -148,6 +214,10 @@ def _verify(args: argparse.Namespace) -> int:
             f"ledger {args.file}: {replayer.length} entries verified (signatures, chain, events)"
         )
         c.print(f"steward {key.kid}, head {replayer.head.hex()}")
+        if high is None:
+            c.print("high-water record: none beside this file (not a deployment's ledger)")
+        else:
+            c.print(f"high-water record: {high.length} entries acknowledged, all present")
         if report.through is None:
             c.print("attestation: self-attested (no witness receipt covers this ledger)")
         else:
@@ -267,7 +337,7 @@ def _usage(args: argparse.Namespace) -> int:
 def _recover(args: argparse.Namespace) -> int:
     from joulepool.stores.file import recover
 
-    done = recover(Path(args.file))
+    done = recover(locate(args.file, None).ledger)
     if done is None:
         result: dict[str, Any] = {"recovered": False, "detail": "the ledger ends in a whole entry"}
         emit(
@@ -288,6 +358,72 @@ def _recover(args: argparse.Namespace) -> int:
         lambda c: c.print(
             f"{args.file}: truncated an incomplete final entry at byte offset {done.offset} "
             f"({done.removed} bytes); {done.entries} whole entries remain. Run `pool ledger verify`."
+        ),
+    )
+    return 0
+
+
+def _acknowledge(args: argparse.Namespace) -> int:
+    """Record a ledger, verified whole, as what its deployment acknowledged (§6.1)."""
+    from joulepool.errors import InvalidInput, LedgerRefused
+    from joulepool.ledger.replay import replay
+    from joulepool.ledger.rollback import HighWater, Mark, check_acknowledged
+    from joulepool.stores.base import Store, head_at
+    from joulepool.witnesses import kept_marks
+
+    store: Store
+    if args.postgres:
+        from joulepool.stores.postgres import PostgresStore
+
+        if not args.ledger or not args.key:
+            raise InvalidInput(
+                "--postgres", "also name the ledger (--ledger) and the steward's key (--key)"
+            )
+        store = PostgresStore(args.postgres, ledger=args.ledger)
+        key_path = Path(args.key)
+        witnesses = Path(args.witnesses) if args.witnesses else None
+    else:
+        from joulepool.stores.file import FileStore
+
+        if args.file is None:
+            raise InvalidInput("FILE", "name a ledger file or a deployment folder, or --postgres")
+        where = locate(args.file, args.key, args.witnesses)
+        key_path, witnesses = where.key, where.witnesses
+        store = FileStore(where.ledger)
+    try:
+        key = steward_key(key_path, bool(args.key))
+        # Only a ledger that verifies whole may be acknowledged.
+        try:
+            replayer = replay(store.entries(), key.kid, key.public_key)
+        except LedgerRefused as exc:
+            raise InvalidInput(
+                "ledger", f"it does not verify, so it cannot be acknowledged: {exc}"
+            ) from None
+        length, head = replayer.length, replayer.head
+        marks, _ = kept_marks(witnesses, key.kid) if witnesses else ([], [])
+        # Kept receipts are a witness's word, not the deployment's: they are not overruled.
+        check_acknowledged(marks, length, lambda n: head_at(store, n), store.name)
+        before = store.high_water()
+        if before is not None and not args.accept_loss:
+            mark = Mark("its high-water record", before)
+            check_acknowledged([mark], length, lambda n: head_at(store, n), store.name)
+        store.acknowledge(HighWater(length, head))
+    finally:
+        store.close()
+    previous = before.length if before is not None else None
+    result = {
+        "ledger": store.name,
+        "acknowledged": length,
+        "head_hex": head.hex(),
+        "previous": previous,
+    }
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"{store.name}: recorded {length} verified entries (head {head.hex()[:16]}) as "
+            "acknowledged"
+            + (f"; the record said {previous} before" if previous is not None else "")
         ),
     )
     return 0
@@ -332,7 +468,9 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _add_reading(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="the ledger file (a CBOR sequence)")
+    p.add_argument(
+        "file", metavar="FILE|DIR", help="the ledger file (a CBOR sequence) or deployment folder"
+    )
     p.add_argument(
         "--key",
         metavar="KEYFILE",
@@ -354,7 +492,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument(
         "--witnesses",
         metavar="DIR",
-        help="folder of kept receipts (default: witnesses/ beside FILE)",
+        help="folder of kept receipts (default: witnesses/ beside the ledger)",
     )
     v.add_argument("--receipt", action="append", default=[], help="a witness receipt file")
     v.add_argument(
@@ -385,8 +523,41 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e.set_defaults(handler=_export)
 
     r = lsub.add_parser(
-        "recover", help="truncate an incomplete final entry (a torn write), nothing else"
+        "recover",
+        help="truncate an unfinished final entry (a torn write), nothing else",
+        description=(
+            "Truncate the final fragment of an append that never finished. Refuses, changing "
+            "nothing, where the bytes after the last whole entry could be anything else: "
+            "longer than any entry, not the start of one, holding a whole entry, or covered "
+            "by the deployment's high-water record."
+        ),
     )
-    r.add_argument("file", metavar="FILE")
+    r.add_argument("file", metavar="FILE|DIR", help="a ledger file or a deployment folder")
     add_json(r)
     r.set_defaults(handler=_recover)
+
+    a = lsub.add_parser(
+        "acknowledge",
+        help="record a verified ledger as what its deployment acknowledged (high-water record)",
+        description=(
+            "Verify the ledger whole and write its length and head as the high-water record "
+            "that start-up holds it to. Needed once for a ledger made before high-water "
+            "records existed. Lowering the record (accepting that acknowledged entries are "
+            "lost, after restoring an old copy) needs --accept-loss; kept witness receipts "
+            "are never overruled."
+        ),
+    )
+    a.add_argument("file", metavar="FILE|DIR", nargs="?", help="a ledger file or deployment folder")
+    a.add_argument("--key", metavar="KEYFILE", help="the steward's public key (default: beside)")
+    a.add_argument("--witnesses", metavar="DIR", help="kept receipts (default: witnesses/ beside)")
+    a.add_argument(
+        "--postgres", metavar="DSN", help="a ledger in PostgreSQL (with --ledger, --key)"
+    )
+    a.add_argument("--ledger", metavar="NAME", help="the ledger's name in PostgreSQL")
+    a.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="lower the record to this ledger even though it lost acknowledged entries",
+    )
+    add_json(a)
+    a.set_defaults(handler=_acknowledge)

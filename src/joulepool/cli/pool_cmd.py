@@ -169,7 +169,7 @@ def _usage(args: argparse.Namespace) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from joulepool.estimate import Derived
+    from joulepool.estimate import DeclineReason, Derived
 
     pool = _open(args)
     try:
@@ -178,7 +178,9 @@ def _estimate(args: argparse.Namespace) -> int:
         pool.close()
 
     def human(c: Console) -> None:
-        if isinstance(result, Derived):
+        if not isinstance(result, Derived) and result.reason is DeclineReason.empty_class:
+            c.print("no class given: no estimate (empty_class); an empty class asserts nothing")
+        elif isinstance(result, Derived):
             c.print(
                 f"class {args.class_!r}: estimate {result.estimate.uj:,} µJ ({result.estimate.grade.value}), "
                 f"the largest of {result.evidence} measured runs (spread {result.min_uj:,}..{result.max_uj:,} µJ; "
@@ -362,7 +364,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "estimate", help="the estimate a class earned from the ledger's history (§2.6)"
     )
     p.add_argument("dir", metavar="DIR")
-    p.add_argument("class_", metavar="CLASS")
+    # A missing or empty CLASS declines `empty_class` like every surface (DESIGN.md §3).
+    p.add_argument("class_", metavar="CLASS", nargs="?", default=None)
     p.add_argument("--entitlement", help="only this entitlement's history")
     p.add_argument("--required", type=_uint, help="evidence required (the deployment's, default 3)")
     add_json(p)

@@ -28,6 +28,7 @@ def build_service(
     from joulepool.pool import Pool
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
+    from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
     key = load_key_file(folder / KEY, require_secret=True)
@@ -36,6 +37,10 @@ def build_service(
     tokens = TokenBook(read_tokens(folder / TOKENS))
 
     def opener() -> Pool:
+        # Kept receipts are read at each start: a ledger shorter than one is refused (§6.1).
+        marks, problems = kept_marks(folder / WITNESSES, config.steward)
+        for problem in problems:
+            print(f"pool serve: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
         store: Any
         if postgres:
             from joulepool.stores.postgres import PostgresStore
@@ -53,6 +58,7 @@ def build_service(
                 idle_policy=config.idle,
                 required_evidence=config.required_evidence,
                 replay_workers=replay_workers,
+                acknowledged=marks,
             )
         except BaseException:
             store.close()

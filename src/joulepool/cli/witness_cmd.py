@@ -68,8 +68,14 @@ def _check(args: argparse.Namespace) -> int:
     result: dict[str, Any] = report.to_json()
 
     def human(c: Any) -> None:
-        if report.error is None:
+        if report.error is None and report.through is not None:
             c.print(f"witnessed by {witness.kid} through entry {report.through} of {report.length}")
+        elif report.error is None:
+            # A receipt at length 0 covers no entry (DESIGN.md §3, "Edge cases, pinned").
+            c.print(
+                f"self-attested: the receipt from {witness.kid} covers no entry (length 0); "
+                f"ledger length {report.length}"
+            )
         else:
             c.print(
                 f"self-attested: the receipt is refused ({report.error.value}); ledger length {report.length}"

@@ -154,6 +154,37 @@ def decode_wellformed(data: bytes) -> object:
     return obj
 
 
+def decode_map_pairs(data: bytes) -> list[tuple[object, object]] | None:
+    """The key/value pairs of the one well-formed CBOR map that is exactly `data`, as written.
+
+    Repeated keys are all kept, and keys keep their CBOR types: a Python dict would merge
+    `true` or `1.0` into the key 1, which CBOR does not (DESIGN.md §3, "Edge cases, pinned").
+    None where `data` is well-formed but not a map; CborRefused("malformed") where it is not
+    one well-formed item. Tags come back as bare CBORTag.
+    """
+    decode_wellformed(data)  # one complete well-formed item, or the refusal naming why
+    first = data[0]
+    if first >> 5 != 5:
+        return None
+    info = first & 0x1F
+    count: int | None
+    if info < 24:
+        count, start = info, 1
+    elif info <= 27:
+        size = 1 << (info - 24)
+        count, start = int.from_bytes(data[1 : 1 + size], "big"), 1 + size
+    else:  # 31: indefinite length, ended by a break (28 to 30 are not well-formed)
+        count, start = None, 1
+    stream = io.BytesIO(data)
+    stream.seek(start)
+    decoder = cbor2.CBORDecoder(stream, semantic_decoders=_BARE_TAGS, max_depth=MAX_NESTING)
+    pairs: list[tuple[object, object]] = []
+    while (len(pairs) < count) if count is not None else data[stream.tell()] != 0xFF:
+        key = decoder.decode()
+        pairs.append((key, decoder.decode()))
+    return pairs
+
+
 def _as_bytes(data: object) -> bytes:
     if type(data) is bytes:
         return data
@@ -206,7 +237,7 @@ def _profile_problem(obj: object, envelope: bool, depth: int, where: str) -> str
         for key, value in obj.items():
             if type(key) not in _KEY_TYPES:
                 return f"{_at(where)}a map key is {_describe(key)}"
-            problem = _profile_problem(value, envelope, depth + 1, join_field(where, str(key)))
+            problem = _profile_problem(value, envelope, depth + 1, join_field(where, _named(key)))
             if problem is not None:
                 return problem
         if not _keys_in_order(tuple(obj)):
@@ -224,6 +255,15 @@ def _profile_problem(obj: object, envelope: bool, depth: int, where: str) -> str
         if obj.tag == COSE_SIGN1_TAG:
             return _profile_problem(obj.value, envelope, depth + 1, where)
     return f"{_at(where)}{_describe(obj)} is outside det-CBOR (DESIGN.md §4)"
+
+
+def _named(key: object, limit: int = 48) -> str:
+    """A map key as a step of a refusal's path: hostile text is quoted and cut, so that the
+    refusal stays one short line (`pool ledger verify` prints it as one)."""
+    if type(key) is str and len(key) <= limit and key.isprintable():
+        return key
+    text = repr(key)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _at(where: str) -> str:
@@ -270,7 +310,10 @@ def _keys_in_order(keys: tuple[object, ...]) -> bool:
         if previous is not None and current <= previous:
             return False
         previous = current
-    if len(_ORDERED_KEYS) < _ORDERED_KEYS_MAX:
+    # Integer keys are never remembered: `true` and `1.0` hash and compare equal to 1 in
+    # Python, so a remembered (1, 4) would pass a map keyed (true, 4) as canonical, which the
+    # cache lookup in `_plainly_canonical` does before checking key types (DESIGN.md §4).
+    if len(_ORDERED_KEYS) < _ORDERED_KEYS_MAX and int not in map(type, keys):
         _ORDERED_KEYS.add(keys)
     return True
 

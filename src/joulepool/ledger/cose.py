@@ -24,6 +24,7 @@ from joulepool.ledger.cbor import (
     MALFORMED,
     NON_CANONICAL,
     CborRefused,
+    decode_map_pairs,
     decode_strict,
     decode_wellformed,
     encode,
@@ -131,21 +132,31 @@ class Envelope(NamedTuple):
 
 
 def _kid_of(protected: bytes) -> tuple[str, bool]:
-    """The kid of a protected header and whether the header is canonical; malformed raises."""
+    """The kid of a protected header and whether the header is canonical; malformed raises.
+
+    The header must be exactly `{1: -8, 4: kid}` with integer keys (DESIGN.md §3, §4): a
+    `true` or `1.0` key is not 1, and a third parameter or another algorithm is refused.
+    A key written twice with the same value is a repeated key, so not canonical.
+    """
     try:
-        header = decode_wellformed(protected)
+        pairs = decode_map_pairs(protected)
     except CborRefused:
         raise CborRefused(MALFORMED, "the protected header is not a CBOR item") from None
-    if (
-        not isinstance(header, dict)
-        or set(header) != {HEADER_ALG, HEADER_KID}
-        or header[HEADER_ALG] != ALG_EDDSA
-        or type(header[HEADER_ALG]) is not int
-        or not isinstance(header[HEADER_KID], bytes)
-    ):
-        raise CborRefused(MALFORMED, "the protected header is not {1: -8 (EdDSA), 4: kid}")
+    shape = CborRefused(MALFORMED, "the protected header is not {1: -8 (EdDSA), 4: kid}")
+    if pairs is None or any(type(k) is not int for k, _ in pairs):
+        raise shape
+    if {k for k, _ in pairs} != {HEADER_ALG, HEADER_KID}:
+        raise shape
+    algs = [v for k, v in pairs if k == HEADER_ALG]
+    kids = [v for k, v in pairs if k == HEADER_KID]
+    if any(type(a) is not int or a != ALG_EDDSA for a in algs):
+        raise shape
+    if any(type(v) is not bytes for v in kids) or len(set(kids)) != 1:
+        raise shape
+    kid_bytes = kids[0]
+    assert isinstance(kid_bytes, bytes)
     try:
-        kid = header[HEADER_KID].decode("utf-8")
+        kid = kid_bytes.decode("utf-8")
     except UnicodeDecodeError:
         raise CborRefused(MALFORMED, "the kid is not UTF-8") from None
     return kid, protected == protected_header(kid)
@@ -222,11 +233,9 @@ _new_tuple = tuple.__new__
 
 def _open_thoroughly(raw: bytes) -> Envelope:
     """The reference path: decodes everything, and names the first refusal exactly."""
-    try:
-        item = cbor2.loads(raw)
-    except Exception:
-        decode_wellformed(raw)  # names the refusal; raises CborRefused("malformed")
-        raise CborRefused(MALFORMED, "not a CBOR item") from None
+    # Tags stay bare: a tag-55799 (self-described CBOR) wrapper is not tag 18, and must not
+    # be peeled off before the tag is checked (DESIGN.md §3, "Edge cases, pinned").
+    item = decode_wellformed(raw)  # raises CborRefused("malformed"), naming why
     if not isinstance(item, cbor2.CBORTag) or item.tag != COSE_SIGN1_TAG:
         raise CborRefused(MALFORMED, "not a COSE_Sign1 (tag 18)")
     parts = item.value

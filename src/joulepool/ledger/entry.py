@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nacl.signing import SigningKey
+
 from joulepool.errors import InvalidInput
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy, Grade
+from joulepool.ledger.cose import seal
+from joulepool.ledger.sequence import LONGEST_SEALED
 
 PROFILE_VERSION = 1
 _COMMON = frozenset({"pool_receipt", "seq", "prev", "steward", "at_ms", "event"})
@@ -79,13 +83,25 @@ def _check_fields(kind: object, keys: Any) -> None:
         allowed, required = _ADMITTED_ALLOWED, _ADMITTED
     elif kind == "released":
         allowed, required = _RELEASED, _RELEASED
+    elif kind is None:
+        raise EntryMalformed("the core has no 'event' field")
     else:
-        raise EntryMalformed(f"event {kind!r} is neither 'admitted' nor 'released'")
+        raise EntryMalformed(f"event {brief(kind)} is neither 'admitted' nor 'released'")
     if not required <= keys or not keys <= allowed:
-        unknown, missing = sorted(keys - allowed), sorted(required - keys)
-        raise EntryMalformed(f"a {kind} entry: unknown field(s) {unknown}, missing {missing}")
+        # A hostile core's keys may mix ints, bytes and text: sort them by their repr.
+        unknown = sorted(map(brief, keys - allowed))
+        missing = sorted(required - keys)
+        raise EntryMalformed(
+            f"{kind} entry: unknown field(s) [{', '.join(unknown)}], missing {missing}"
+        )
     if len(_shapes) < 64:
         _shapes[tuple(keys)] = kind
+
+
+def brief(value: object, limit: int = 48) -> str:
+    """A value's repr cut to `limit` characters, for a refusal's message about hostile bytes."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def event_of(core: Mapping[str, Any], steward: str) -> Event:
@@ -96,14 +112,19 @@ def event_of(core: Mapping[str, Any], steward: str) -> Event:
     receipt = core.get("pool_receipt")
     if type(receipt) is not int or receipt != PROFILE_VERSION:
         raise EntryMalformed(f"pool_receipt must be {PROFILE_VERSION}")
-    if core.get("steward") != steward:
-        raise EntryMalformed(f"steward {core.get('steward')!r} is not this ledger's {steward!r}")
+    named = core.get("steward")
+    if type(named) is not str or named != steward:
+        raise EntryMalformed(f"steward {brief(named)} is not this ledger's {steward!r}")
     kind = core.get("event")
-    if _shapes.get(tuple(core)) != kind:
+    keys = tuple(core)
+    known = _shapes.get(keys)
+    # A shape is remembered with the event it was checked for; a core naming another event
+    # (or none) with the same keys is checked again, and refused.
+    if known is None or known != kind:
         _check_fields(kind, core.keys())
-    grade = _GRADES.get(core["grade"])
+    grade = _GRADES.get(core["grade"]) if type(core["grade"]) is str else None
     if grade is None:
-        raise EntryMalformed(f"grade {core['grade']!r} is not a pool/1 grade")
+        raise EntryMalformed(f"grade {brief(core['grade'])} is not a pool/1 grade")
     # The events validate their own fields (types, signs, shapes): one check, one place.
     try:
         if kind == "released":
@@ -119,4 +140,17 @@ def event_of(core: Mapping[str, Any], steward: str) -> Event:
             class_=core.get("class"),
         )
     except InvalidInput as exc:
-        raise EntryMalformed(f"a {kind} entry: {exc}") from None
+        raise EntryMalformed(f"{kind} entry: {exc}") from None
+
+
+def seal_entry(event: Event, seq: int, prev: bytes, steward: str, signing_key: SigningKey) -> bytes:
+    """Seal `event` as entry `seq` after head `prev` (DESIGN.md §4), refusing one longer than
+    `LONGEST_SEALED` as invalid input: a torn write is told from damage by that bound."""
+    raw = seal(core_of(event, seq, prev, steward), steward, signing_key)
+    if len(raw) > LONGEST_SEALED:
+        raise InvalidInput(
+            "claim",
+            f"its entry would be {len(raw)} bytes, over the {LONGEST_SEALED}-byte longest entry; "
+            "shorten its ids and class",
+        )
+    return raw

@@ -16,7 +16,7 @@ from typing import Final
 
 from nacl.signing import SigningKey
 
-from joulepool.errors import KeyFileError
+from joulepool.errors import DiskFull, KeyFileError, no_space
 from joulepool.files import write_atomically
 from joulepool.ledger.cbor import CborRefused, decode_strict, encode
 
@@ -129,6 +129,10 @@ def write_key_file(path: Path, key: KeyPair, *, overwrite: bool = False) -> None
     try:
         write_atomically(path, key.to_cose_key(), mode)
     except OSError as exc:
+        if no_space(exc):
+            raise DiskFull(
+                f"{path}: no space left to write the key file; nothing was written"
+            ) from None
         raise KeyFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 

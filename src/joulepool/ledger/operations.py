@@ -12,8 +12,8 @@ from joulepool.checks import check_figure, check_keys, check_text
 from joulepool.errors import InvalidInput, LedgerRefused, WitnessRefused
 from joulepool.events import event_from_json
 from joulepool.execute import Result, register
-from joulepool.ledger.cose import GENESIS, content_address, seal
-from joulepool.ledger.entry import core_of
+from joulepool.ledger.cose import GENESIS, content_address
+from joulepool.ledger.entry import seal_entry
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import Replayer, replay
 from joulepool.ledger.sequence import split
@@ -73,7 +73,7 @@ def op_seal(case: Mapping[str, Any]) -> Result:
     entries: list[str] = []
     for seq, item in enumerate(events):
         event = event_from_json(item, f"events[{seq}]")
-        raw = seal(core_of(event, seq, head, steward), steward, key.signing_key)
+        raw = seal_entry(event, seq, head, steward, key.signing_key)
         entries.append(raw.hex())
         head = content_address(raw)
     return {"entries_hex": entries, "head_hex": head.hex()}
@@ -100,7 +100,7 @@ def op_replay(case: Mapping[str, Any]) -> Result:
 
 def op_witness(case: Mapping[str, Any]) -> Result:
     """§6.7: sign a pool-witness/1 receipt over a ledger's head at a length."""
-    check_keys(
+    case = check_keys(
         case,
         "",
         ("op", "steward", "witness", "witness_secret_key_hex", "ledger_hex", "length", "at_ms"),
@@ -135,8 +135,11 @@ def op_witness(case: Mapping[str, Any]) -> Result:
 
 
 def op_check_witness(case: Mapping[str, Any]) -> Result:
-    """§6.8: grade a ledger by a witness receipt, or self-attested without one."""
-    check_keys(
+    """§6.8: grade a ledger by a witness receipt, or self-attested without one.
+
+    A receipt at length 0 covers no entry: the ledger stays self-attested (DESIGN.md §3).
+    """
+    case = check_keys(
         case,
         "",
         (

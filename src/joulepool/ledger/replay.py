@@ -36,7 +36,7 @@ from joulepool.ledger.cose import (
     open_envelope,
     verify_signature,
 )
-from joulepool.ledger.entry import EntryMalformed, event_of
+from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
 from joulepool.tree import Tree
 
@@ -73,7 +73,8 @@ def _opened(raw: bytes, steward: str) -> Envelope | Refusal:
     except CborRefused as exc:
         return Refusal(exc.error, exc.detail)
     if env.kid != steward:
-        return Refusal("unknown_signer", f"signed by {env.kid!r}, not the steward {steward!r}")
+        # The kid is hostile text: quoted and cut, so the refusal stays one short line.
+        return Refusal("unknown_signer", f"signed by {brief(env.kid)}, not the steward {steward!r}")
     return env
 
 
@@ -117,7 +118,9 @@ class Replayer:
         index = self.state.length
         seq = core.get("seq")
         if seq != index or type(seq) is not int:
-            raise LedgerRefused(index, "seq_mismatch", f"seq is {seq!r}, its position is {index}")
+            raise LedgerRefused(
+                index, "seq_mismatch", f"seq is {brief(seq)}, its position is {index}"
+            )
         prev = core.get("prev")
         if prev != self.head:
             raise LedgerRefused(

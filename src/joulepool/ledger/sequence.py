@@ -14,6 +14,10 @@ INCOMPLETE = -1
 MAX_DEPTH = 16
 MAX_ENTRY_BYTES = 1 << 20
 """No pool/1 entry comes near this; a longer item is refused rather than buffered."""
+LONGEST_SEALED = 64 << 10
+"""The longest entry joulepool seals: a claim whose entry would be longer is refused as
+invalid input. A torn write is a prefix of one entry, so a tail longer than the longest
+entry a ledger could hold is never a torn write."""
 
 
 class StructureError(ValueError):
@@ -147,3 +151,77 @@ def split(buf: bytes | memoryview, start: int = 0) -> tuple[list[int], Tail | No
         offsets.append(pos)
         pos = nxt
     return offsets, None
+
+
+def entry_prefix(buf: bytes | memoryview) -> bool:
+    """Whether `buf` is the start of a pool/1 envelope as far as it goes (DESIGN.md §4).
+
+    The first bytes of a torn write are the first bytes of an entry: tag 18, an array of
+    four, a short protected header, the empty unprotected map, the payload's header, and
+    the signature's header where they are reached.
+    """
+    end = len(buf)
+    expected = (0xD2, 0x84)
+    for i, byte in enumerate(expected[:end]):
+        if buf[i] != byte:
+            return False
+    if end <= 2:
+        return True
+    head = buf[2]
+    if not 0x40 <= head < 0x58:
+        return False
+    p = 3 + head - 0x40
+    if p >= end:
+        return True
+    if buf[p] != 0xA0:
+        return False
+    p += 1
+    if p >= end:
+        return True
+    head = buf[p]
+    if 0x40 <= head < 0x58:
+        p += 1 + head - 0x40
+    elif head in (0x58, 0x59):
+        size = 1 if head == 0x58 else 2
+        if p + 1 + size > end:
+            return True
+        p += 1 + size + int.from_bytes(buf[p + 1 : p + 1 + size], "big")
+    else:
+        return False
+    signature = (0x58, 0x40)
+    return all(buf[p + i] == byte for i, byte in enumerate(signature) if p + i < end)
+
+
+def whole_entry_within(buf: bytes | memoryview) -> int | None:
+    """The offset of the first complete pool/1 envelope that starts inside `buf` after its
+    first byte, or None. A torn write holds part of one entry, never a whole one."""
+    data = bytes(buf)
+    pos = data.find(b"\xd2\x84", 1)
+    while pos >= 0:
+        if envelope_end(data, pos) is not None:
+            return pos
+        pos = data.find(b"\xd2\x84", pos + 1)
+    return None
+
+
+def not_torn(tail: bytes, longest: int, index: int, acknowledged: int | None) -> str | None:
+    """Why the bytes `tail`, found after entry `index - 1`, cannot be a torn write, or None
+    when they can (standard §6.1: a torn write loses only what was never acknowledged).
+
+    `longest` is the longest entry this ledger could hold; `acknowledged` the length its
+    high-water record reached, if it has one. Each reason is evidence that truncating
+    `tail` would delete something an append completed.
+    """
+    if acknowledged is not None and index < acknowledged:
+        return (
+            f"entry {index} was acknowledged (the high-water record reaches {acknowledged} "
+            "entries), so these bytes are a damaged entry, not an unfinished one"
+        )
+    if len(tail) > longest:
+        return f"{len(tail)} bytes is longer than any entry this ledger could hold ({longest})"
+    if not entry_prefix(tail):
+        return "they do not begin the way every entry begins"
+    inside = whole_entry_within(tail)
+    if inside is not None:
+        return f"a whole entry starts {inside} bytes into them"
+    return None

@@ -130,7 +130,9 @@ def check_witness(
     `head_at(n)` is the ledger's head after its first `n` entries. The refusals are
     checked in order: the witness's key is the steward's; the receipt does not verify as
     this witness's pool-witness/1 statement; it verifies but its length exceeds the ledger
-    or its head differs from the ledger's head at that length.
+    or its head differs from the ledger's head at that length. A receipt that passes all
+    three at length 0 covers no entry: the ledger stays self-attested, with no error, since
+    `witnessed` always means through at least one entry (DESIGN.md §3, "Edge cases, pinned").
     """
     if witness_public_key == steward_public_key:
         return AttestationReport(
@@ -159,14 +161,43 @@ def check_witness(
             error=WitnessError.covers_different_head,
             statement=statement,
         )
+    if statement.length == 0:
+        return AttestationReport(Attestation.self_attested, length, statement=statement)
     return AttestationReport(
         Attestation.witnessed, length, through=statement.length, statement=statement
     )
 
 
 def best_attestation(reports: Iterable[AttestationReport], length: int) -> AttestationReport:
-    """The strongest grade among several receipts: witnessed through the longest length (§6.8)."""
-    witnessed = [r for r in reports if r.attestation is Attestation.witnessed]
+    """The strongest grade among several receipts: witnessed through the longest length (§6.8).
+
+    Only a report witnessed through at least one entry counts (DESIGN.md §3, pinned).
+    """
+    witnessed = [
+        r
+        for r in reports
+        if r.attestation is Attestation.witnessed and r.through is not None and r.through >= 1
+    ]
     if not witnessed:
         return AttestationReport(Attestation.self_attested, length)
     return max(witnessed, key=lambda r: r.through or 0)
+
+
+def verified_statement(
+    receipt: bytes, witness: str, witness_public_key: bytes
+) -> WitnessStatement | None:
+    """What a receipt says, if it verifies as `witness`'s pool-witness/1 statement (§6.7).
+
+    None for anything else: bytes that are not a COSE_Sign1, a core that is not a witness
+    statement, another kid, or a signature that fails.
+    """
+    try:
+        env = open_envelope(receipt)
+    except CborRefused:
+        return None
+    statement = _statement(env.core)
+    if env.kid != witness or statement is None or statement.witness != witness:
+        return None
+    if not verify_signature(env, witness_public_key):
+        return None
+    return statement

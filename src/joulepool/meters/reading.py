@@ -93,7 +93,10 @@ class Reading:
         if check_figure(self.resolution_uj, "resolution_uj") == 0:
             raise InvalidInput("resolution_uj", "must be at least 1")
         if self.wrap_uj is not None:
-            if check_figure(self.wrap_uj, "wrap_uj") == 0:
+            # A modulus, not a figure: a full 64-bit counter wraps at 2**64, one past the
+            # largest figure (DESIGN.md §3), and every step it yields is still a figure.
+            full_64_bit = type(self.wrap_uj) is int and self.wrap_uj == 2**64
+            if not full_64_bit and check_figure(self.wrap_uj, "wrap_uj") == 0:
                 raise InvalidInput("wrap_uj", "must be at least 1")
             if self.counter_uj >= self.wrap_uj:
                 raise InvalidInput(

@@ -8,6 +8,7 @@ pool, so concurrent submissions meet in `Pool`'s group commit and share one fsyn
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,8 +27,7 @@ from joulepool.claim import Claim
 from joulepool.errors import ClaimError, InvalidInput, LedgerRefused, PoolError, StoreError
 from joulepool.execute import idle_policy_from_json, run_case
 from joulepool.grade import Energy
-from joulepool.ledger.cose import open_envelope
-from joulepool.ledger.witness import Attestation
+from joulepool.ledger.witness import Attestation, verified_statement
 from joulepool.pool import Pool
 from joulepool.service import models as m
 from joulepool.service.committer import Committer
@@ -64,7 +64,14 @@ class Service:
         try:
             pool = self.opener()
         except PoolError as exc:
-            self.failure = str(exc)
+            self.failure = f"{exc.code}: {exc}"
+            print(f"pool serve: not ready: {self.failure}", file=sys.stderr, flush=True)
+            return
+        except Exception as exc:
+            # Whatever went wrong, the service must say it will never be ready, not hang
+            # on "still being replayed" with the replay thread gone.
+            self.failure = f"internal_error: start-up failed: {type(exc).__name__}: {exc}"
+            print(f"pool serve: not ready: {self.failure}", file=sys.stderr, flush=True)
             return
         self.committer = Committer(pool)
         self.pool = pool
@@ -440,14 +447,17 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         kept = load_receipts(service.witnesses) if service.witnesses else []
         out = []
         for k in kept:
-            core = open_envelope(k.receipt).core
+            # A kept file damaged since it was kept vouches for nothing: it is not listed.
+            statement = verified_statement(k.receipt, k.witness, k.public_key)
+            if statement is None:
+                continue
             out.append(
                 {
                     "witness": k.witness,
                     "public_key_hex": k.public_key.hex(),
                     "receipt_hex": k.receipt.hex(),
-                    "length": core["length"],
-                    "head_hex": core["head"].hex(),
+                    "length": statement.length,
+                    "head_hex": statement.head.hex(),
                 }
             )
         return JSONResponse({"receipts": out})

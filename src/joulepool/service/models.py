@@ -1,44 +1,33 @@
 """The request and response shapes of the HTTP API, for validation and the OpenAPI schema.
 
 They mirror CONFORMANCE.md's shapes exactly. Requests are strict: integers only (no float,
-no bool, no numeric string), no negative figure, no unknown field, and no null where a field
-may only be absent (DESIGN.md §2, §4).
+no bool, no numeric string), every figure in [0, 2**64 - 1], no empty name, no unknown
+field; an optional field given as null is absent, and a required one given as null is
+refused (DESIGN.md §2, §3 "Edge cases, pinned").
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic.json_schema import SkipJsonSchema
 
-Figure = Annotated[StrictInt, Field(ge=0)]
+Figure = Annotated[StrictInt, Field(ge=0, le=2**64 - 1)]
 Name = Annotated[StrictStr, Field(min_length=1)]
 GradeName = Literal["HwShunt", "ModelBased", "Estimator"]
 Hex = Annotated[StrictStr, Field(pattern=r"^([0-9a-f]{2})*$")]
 
 
-def _refuse_nulls(value: Any, where: str) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if v is None:
-                raise ValueError(f"{where}{k}: null is not a value; leave an optional field out")
-            _refuse_nulls(v, f"{where}{k}.")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _refuse_nulls(v, f"{where}{i}.")
-
-
 class Strict(BaseModel):
-    """Every request model: unknown fields and nulls refused."""
+    """Every request model: unknown fields refused; null only where a field is optional.
+
+    An optional field (typed `X | None`, default None) given as null is absent (DESIGN.md
+    §3, "Edge cases, pinned"); a required field's type admits no null, so a null there is
+    refused naming the field.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_nulls(cls, data: Any) -> Any:
-        _refuse_nulls(data, "")
-        return data
 
 
 class EnergyIn(Strict):
@@ -66,9 +55,12 @@ class ReleaseIn(Strict):
 
 
 class EstimateIn(Strict):
-    """A request for the estimate a class earned (§2.6)."""
+    """A request for the estimate a class earned (§2.6).
 
-    class_: StrictStr = Field(alias="class")
+    `class` missing, null or empty declines `empty_class` with both counts (DESIGN.md §3).
+    """
+
+    class_: StrictStr | SkipJsonSchema[None] = Field(default=None, alias="class")
     entitlement: Name | SkipJsonSchema[None] = None
     required: Figure | SkipJsonSchema[None] = None
 

@@ -8,9 +8,12 @@ keeps decisions linearizable. A store with a single writer has nothing to catch 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
+
+from joulepool.ledger.cose import GENESIS, content_address
+from joulepool.ledger.rollback import HighWater, HighWaterMissing, Mark, check_acknowledged
 
 
 class Writer(Protocol):
@@ -29,6 +32,11 @@ class Store(Protocol):
     """A ledger: an ordered sequence of sealed entries (§6.1)."""
 
     @property
+    def name(self) -> str:
+        """The ledger as an operator would name it: its file, or its name and server."""
+        ...
+
+    @property
     def fsyncs(self) -> int:
         """How many times this store forced its appends to stable storage."""
         ...
@@ -45,6 +53,14 @@ class Store(Protocol):
         """One entry, as stored."""
         ...
 
+    def high_water(self) -> HighWater | None:
+        """The longest (length, head) this ledger acknowledged, or None without a record."""
+        ...
+
+    def acknowledge(self, point: HighWater) -> None:
+        """Set the high-water record to `point`, even below what it was (an accepted loss)."""
+        ...
+
     def writing(self) -> AbstractContextManager[Writer]:
         """Enter the append critical section."""
         ...
@@ -52,3 +68,30 @@ class Store(Protocol):
     def close(self) -> None:
         """Release the store (and its writer lock)."""
         ...
+
+
+def head_at(store: Store, length: int) -> bytes:
+    """The ledger's head after its first `length` entries (DESIGN.md §4)."""
+    return content_address(store.entry(length - 1)) if length else GENESIS
+
+
+def refuse_rollback(store: Store, marks: Iterable[Mark] = ()) -> None:
+    """Refuse a store whose ledger falls short of its own high-water record or of any of
+    `marks` (kept witness receipts), before anything is replayed from it (§6.1).
+
+    A ledger with entries and no record at all is refused too: nothing would then say
+    what it acknowledged, and a copy cut short would start as if whole.
+    """
+    length = len(store)
+    high = store.high_water()
+    if high is None:
+        if length:
+            raise HighWaterMissing(
+                f"{store.name} has {length} entries but no high-water record, so nothing says "
+                "how many it acknowledged. If it predates high-water records, or you restored "
+                "it on purpose, record it as it stands with `pool ledger acknowledge`"
+            )
+        mine: list[Mark] = []
+    else:
+        mine = [Mark("its high-water record", high)]
+    check_acknowledged([*mine, *marks], length, lambda n: head_at(store, n), store.name)

@@ -1,17 +1,18 @@
 """The default ledger store: one local file, the entries as a CBOR sequence (DESIGN.md §4, §6).
 
 Appends are written, flushed and fsynced before `append` returns, so a verdict that rests
-on an entry is never given before the entry is on disk. One writer at a time holds an
-exclusive lock; a second is refused. On open, an incomplete final entry (a torn write) is
-reported with its byte offset and left alone: only `recover()` truncates it, and nothing
-else. An append that fails (a full disk) is cut back to the last whole entry, so nothing
-already written is changed by it.
+on an entry is never given before the entry is on disk; then the high-water record beside
+the file (`stores.highwater`) is advanced, so what was acknowledged outlives a file cut
+short. One writer at a time holds an exclusive lock; a second is refused. On open, bytes
+after the last whole entry are a torn write only when they can be the start of one entry
+that was never acknowledged (`sequence.not_torn`); anything else is corruption at that
+entry's index. Only `recover()` truncates, and only a torn write. An append that fails (a
+full disk) is cut back to the last whole entry, so nothing already written is changed by it.
 """
 
 from __future__ import annotations
 
 import bisect
-import errno
 import fcntl
 import itertools
 import os
@@ -21,9 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from joulepool.errors import StoreError
+from joulepool.errors import DiskFull as DiskFull
+from joulepool.errors import StoreError, no_space
 from joulepool.files import fsync_dir
-from joulepool.ledger.sequence import MAX_ENTRY_BYTES, Tail, split
+from joulepool.ledger.cose import content_address
+from joulepool.ledger.rollback import HighWater
+from joulepool.ledger.sequence import LONGEST_SEALED, MAX_ENTRY_BYTES, Tail, not_torn, split
+from joulepool.stores.highwater import HighWaterFile, record_path
 
 CHUNK = 4 << 20
 
@@ -49,15 +54,14 @@ class TornWrite(StoreError):
 
 
 class CorruptLedger(StoreError):
-    """Bytes in the file are not a CBOR item at all: no write could have produced them."""
+    """Bytes after the last whole entry that no unfinished append could have left."""
 
     code = "corrupt_ledger"
 
-
-class DiskFull(StoreError):
-    """An append could not be written; the file was cut back to its last whole entry."""
-
-    code = "disk_full"
+    def __init__(self, detail: str, index: int | None = None, offset: int | None = None) -> None:
+        super().__init__(detail)
+        self.index = index
+        self.offset = offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ class FileStore:
             raise StoreError(f"{self.path}: no such ledger file") from None
         except OSError as exc:
             raise StoreError(f"{self.path}: cannot open: {exc.strerror}") from None
+        self._high: HighWaterFile | None = None
         try:
             if writer:
                 try:
@@ -98,17 +103,53 @@ class FileStore:
                     ) from None
                 if create:
                     fsync_dir(self.path.parent)
-            self._offsets, self._size, self.tail = self._scan()
+            self._high = HighWaterFile.open(record_path(self.path), writable=writer)
+            if self._high is None and writer and os.fstat(self._fd).st_size == 0:
+                # An empty ledger acknowledged nothing yet: its record starts at length 0.
+                self._high = HighWaterFile.create(record_path(self.path))
+            self._offsets, self._size, tail = self._scan()
+            self.tail = self._classified(tail)
             if writer and self.tail is not None:
                 if self.tail.torn:
                     raise TornWrite(self.path, self.tail, len(self._offsets))
-                raise CorruptLedger(
-                    f"{self.path}: bytes at offset {self.tail.offset} are not a ledger entry "
-                    f"({self.tail.detail}); this is not a torn write and nothing will append to it"
-                )
+                raise self.corruption()
         except BaseException:
-            os.close(self._fd)
+            self.close()
             raise
+
+    def corruption(self) -> CorruptLedger:
+        """The refusal for a tail that is not a torn write, naming its entry and offset."""
+        tail, index = self.tail, len(self._offsets)
+        assert tail is not None
+        assert not tail.torn
+        return CorruptLedger(
+            f"{self.path}: entry {index} at byte offset {tail.offset} is damaged: "
+            f"{tail.length} bytes that are not a ledger entry ({tail.detail}); this is not a "
+            "torn write, nothing will append to it, and `pool ledger recover` will not "
+            "truncate it. Restore the file from a copy that verifies",
+            index,
+            tail.offset,
+        )
+
+    def _classified(self, tail: Tail | None) -> Tail | None:
+        """`tail` as the scanner saw it, unless a torn-looking one cannot be a torn write."""
+        if tail is None or not tail.torn:
+            return tail
+        # Read at most one byte past the longest entry: enough to tell it is too long.
+        longest = self._longest_entry()
+        data = os.pread(self._fd, min(tail.length, longest + 1), tail.offset)
+        acknowledged = self._high.point.length if self._high is not None else None
+        reason = not_torn(data, longest, len(self._offsets), acknowledged)
+        if reason is None:
+            return tail
+        return Tail(tail.offset, tail.length, False, reason)
+
+    def _longest_entry(self) -> int:
+        """The longest entry this ledger could hold: what joulepool seals, or longer where
+        the file already holds a longer entry (one sealed by an older or another writer)."""
+        offsets = self._offsets
+        ends = itertools.chain(offsets[1:], (self._size,))
+        return max(LONGEST_SEALED, max(map(int.__sub__, ends, offsets), default=0))
 
     def _scan(self) -> tuple[array[int], int, Tail | None]:
         offsets: array[int] = array("Q")
@@ -147,6 +188,25 @@ class FileStore:
 
     def __len__(self) -> int:
         return len(self._offsets)
+
+    @property
+    def name(self) -> str:
+        """The ledger file's path."""
+        return str(self.path)
+
+    def high_water(self) -> HighWater | None:
+        """The longest (length, head) this ledger acknowledged, or None if it has no record."""
+        return self._high.point if self._high is not None else None
+
+    def acknowledge(self, point: HighWater) -> None:
+        """Write the high-water record as `point`, creating it or lowering it (an operator
+        accepting a loss); appends raise it from then on."""
+        if not self._writer:
+            raise StoreError(f"{self.path} was opened read-only")
+        if self._high is None:
+            self._high = HighWaterFile.create(record_path(self.path), point)
+        else:
+            self._high.reset(point)
 
     def offset(self, index: int) -> int:
         """Byte offset of entry `index`."""
@@ -213,7 +273,7 @@ class FileStore:
             self._fsyncs += 1
         except OSError as exc:
             self._cut_back()
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            if no_space(exc):
                 raise DiskFull(
                     f"{self.path}: no space left to append {len(raws)} entr"
                     f"{'y' if len(raws) == 1 else 'ies'}; nothing was written"
@@ -221,6 +281,16 @@ class FileStore:
             raise StoreError(
                 f"{self.path}: append failed ({exc.strerror}); nothing was written"
             ) from None
+        point = HighWater(len(self._offsets) + len(raws), content_address(raws[-1]))
+        try:
+            if self._high is None:
+                self._high = HighWaterFile.create(record_path(self.path), point)
+            else:
+                self._high.advance(point)
+        except StoreError:
+            # Nothing is acknowledged that the record does not cover: take the entries back.
+            self._cut_back()
+            raise
         pos = self._size
         for raw in raws:
             self._offsets.append(pos)
@@ -237,6 +307,8 @@ class FileStore:
 
     def close(self) -> None:
         """Close the file, releasing its lock."""
+        if self._high is not None:
+            self._high.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -257,35 +329,32 @@ def create(path: str | os.PathLike[str]) -> FileStore:
 
 
 def recover(path: str | os.PathLike[str]) -> Recovered | None:
-    """Truncate an incomplete final entry, and nothing else; None if there is none.
+    """Truncate a torn write, and nothing else; None if the file ends in a whole entry (§6.1).
 
-    Refuses bytes that are no entry at all, or a tail longer than any entry could be:
-    truncating those could discard whole entries, which is not recovering a torn write.
+    A torn write is a final fragment that can only be the unfinished start of one entry
+    that was never acknowledged (`sequence.not_torn`). Anything else (bytes that no append
+    could leave, a tail longer than any entry, a whole entry after the cut, an entry the
+    high-water record covers) is refused with `CorruptLedger`, naming the offset, and the
+    file is left exactly as it was.
     """
     p = Path(path)
     store = FileStore(p, writer=False)
     try:
         tail, count = store.tail, len(store)
+        if tail is not None and not tail.torn:
+            raise store.corruption()
     finally:
         store.close()
     if tail is None:
         return None
-    if not tail.torn:
-        raise CorruptLedger(
-            f"{p}: bytes at offset {tail.offset} are not an entry ({tail.detail}); this is not "
-            "a torn write, and recover truncates only an incomplete final entry"
-        )
-    if tail.length > MAX_ENTRY_BYTES:
-        raise CorruptLedger(
-            f"{p}: the incomplete tail at offset {tail.offset} is {tail.length} bytes, longer "
-            "than any entry; refusing to truncate what may be more than one entry"
-        )
     fd = os.open(p, os.O_RDWR | os.O_CLOEXEC)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise LedgerLocked(f"{p} is locked by a running writer; stop it first") from None
+        if os.fstat(fd).st_size != tail.offset + tail.length:
+            raise StoreError(f"{p} changed while it was being read; nothing was truncated")
         os.ftruncate(fd, tail.offset)
         os.fsync(fd)
     finally:

@@ -6,13 +6,33 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from joulepool.errors import StoreError
+from joulepool.ledger.cose import GENESIS, content_address
+from joulepool.ledger.rollback import HighWater
 
 
 class MemoryStore:
-    """Entries in a list; the same interface as the durable stores."""
+    """Entries in a list; the same interface as the durable stores.
+
+    The entries it is built with count as acknowledged, like every entry appended since.
+    """
 
     def __init__(self, entries: Sequence[bytes] = ()) -> None:
         self._entries = list(entries)
+        head = content_address(self._entries[-1]) if self._entries else GENESIS
+        self._high = HighWater(len(self._entries), head)
+
+    @property
+    def name(self) -> str:
+        """A ledger in memory has no other name."""
+        return "the ledger in memory"
+
+    def high_water(self) -> HighWater:
+        """What this store acknowledged: every entry it holds."""
+        return self._high
+
+    def acknowledge(self, point: HighWater) -> None:
+        """Set what counts as acknowledged."""
+        self._high = point
 
     @property
     def fsyncs(self) -> int:
@@ -44,6 +64,8 @@ class MemoryStore:
     def append(self, raws: Sequence[bytes]) -> None:
         """Append in order."""
         self._entries.extend(raws)
+        if raws:
+            self._high = HighWater(len(self._entries), content_address(raws[-1]))
 
     def close(self) -> None:
         """Nothing to release."""

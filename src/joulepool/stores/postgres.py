@@ -1,8 +1,11 @@
 """The PostgreSQL ledger store: one ledger shared by several `pool serve` replicas (DESIGN.md §6).
 
 Entries are opaque bytes in one table, `pool_ledger_entries(ledger, seq, entry)`, keyed by
-ledger name and index; nothing else is stored, because the ledger is the only durable state
-(standard §6.1). Several ledgers may share a database: each is one `ledger` value.
+ledger name and index; the ledger is the only durable state (standard §6.1). Beside it,
+`pool_ledger_high_water(ledger, length, head)` remembers the longest (length, head) each
+ledger acknowledged, written in the same transaction as the entries, so entries deleted
+from the table later are detected at start (`ledger.rollback`) instead of silently
+refilling a quota. Several ledgers may share a database: each is one `ledger` value.
 
 Linearizability across replicas: `writing()` opens a READ COMMITTED transaction and takes a
 transaction-level advisory lock derived from the ledger name. Under it the writer reads the
@@ -34,8 +37,11 @@ import psycopg
 from psycopg import conninfo
 
 from joulepool.errors import StoreError
+from joulepool.ledger.cose import content_address
+from joulepool.ledger.rollback import HighWater
 
 TABLE = "pool_ledger_entries"
+HIGH_WATER_TABLE = "pool_ledger_high_water"
 BATCH_BYTES = 4 << 20
 """About this many bytes of entries per query when streaming a ledger."""
 MIN_BATCH_ROWS = 64
@@ -65,7 +71,30 @@ CREATE TABLE IF NOT EXISTS pool_ledger_entries (
     PRIMARY KEY (ledger, seq)
 )
 """
+_HIGH_WATER_SCHEMA: LiteralString = """
+CREATE TABLE IF NOT EXISTS pool_ledger_high_water (
+    ledger text PRIMARY KEY,
+    length bigint NOT NULL CHECK (length >= 0),
+    head bytea NOT NULL CHECK (octet_length(head) = 32)
+)
+"""
 _HAS_TABLE: LiteralString = "SELECT to_regclass('pool_ledger_entries') IS NOT NULL"
+_HAS_TABLES: LiteralString = (
+    "SELECT to_regclass('pool_ledger_entries') IS NOT NULL"
+    " AND to_regclass('pool_ledger_high_water') IS NOT NULL"
+)
+# Raised, never lowered, by an append: in the append's own transaction.
+_RAISE_HIGH_WATER: LiteralString = (
+    "INSERT INTO pool_ledger_high_water AS h (ledger, length, head) VALUES (%s, %s, %s)"
+    " ON CONFLICT (ledger) DO UPDATE SET length = EXCLUDED.length, head = EXCLUDED.head"
+    " WHERE h.length < EXCLUDED.length"
+)
+# Set as given, by an operator accepting the ledger as it is (`pool ledger acknowledge`).
+_SET_HIGH_WATER: LiteralString = (
+    "INSERT INTO pool_ledger_high_water (ledger, length, head) VALUES (%s, %s, %s)"
+    " ON CONFLICT (ledger) DO UPDATE SET length = EXCLUDED.length, head = EXCLUDED.head"
+)
+_HIGH_WATER: LiteralString = "SELECT length, head FROM pool_ledger_high_water WHERE ledger = %s"
 _SESSION: LiteralString = (
     "SELECT set_config('synchronous_commit', 'on', false),"
     " set_config('lock_timeout', %s, false),"
@@ -349,6 +378,11 @@ class PostgresWriter:
             raise StoreError(
                 f"{store.where}: inserting {span} wrote {inserted} rows; nothing was written"
             )
+        point = (store.ledger, first + count, content_address(raws[-1]))
+        try:
+            conn.execute(_RAISE_HIGH_WATER, point)
+        except psycopg.Error as exc:
+            raise self._fail(f"raising the high-water record after {span}", exc) from None
         try:
             conn.execute("COMMIT", prepare=False)
         except psycopg.Error as exc:
@@ -382,6 +416,17 @@ class PostgresWriter:
         self._length += count
         store._fsyncs += 1
         store._commits += 1
+
+    def record_high_water(self, point: HighWater) -> None:
+        """Set this ledger's high-water record to `point`, committed when the section ends."""
+        conn = self._usable()
+        store = self._store
+        if not self._in_transaction:
+            self._relock(conn)
+        try:
+            conn.execute(_SET_HIGH_WATER, (store.ledger, point.length, point.head))
+        except psycopg.Error as exc:
+            raise self._fail("setting the high-water record", exc) from None
 
     def _finish(self, ok: bool) -> None:
         """End the section: COMMIT a read-only transaction, or roll back after an error."""
@@ -556,14 +601,15 @@ class PostgresStore:
             while True:
                 conn, fresh = self._reader.get()
                 try:
-                    row = conn.execute(_HAS_TABLE).fetchone()
+                    row = conn.execute(_HAS_TABLES).fetchone()
                     if row and row[0]:
                         return
-                    # Two replicas creating the table at once would collide in the catalog;
-                    # the lock makes the second find it made.
+                    # Two replicas creating the tables at once would collide in the catalog;
+                    # the lock makes the second find them made.
                     with conn.transaction():
                         conn.execute(_LOCK, (SCHEMA_LOCK_KEY,))
                         conn.execute(_SCHEMA)
+                        conn.execute(_HIGH_WATER_SCHEMA)
                     return
                 except psycopg.Error as exc:
                     if _lost(conn):
@@ -616,6 +662,29 @@ class PostgresStore:
             nxt += len(batch)
             mean = max(1, sum(len(b) for b in batch) // len(batch))
             limit = min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES // mean))
+
+    @property
+    def name(self) -> str:
+        """The ledger's name and the server it lives on."""
+        return f"ledger {self.ledger!r} at {self.where}"
+
+    def high_water(self) -> HighWater | None:
+        """The longest (length, head) this ledger acknowledged, or None if it has no record.
+
+        A database whose schema predates the record has none either.
+        """
+        has = self._read_rows("checking the schema", _HAS_TABLES, (), binary=False)
+        if not has[0][0]:
+            return None
+        rows = self._read_rows("reading the high-water record", _HIGH_WATER, (self.ledger,))
+        return HighWater(int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def acknowledge(self, point: HighWater) -> None:
+        """Set the high-water record to `point`, under the ledger's lock (an operator
+        accepting the ledger as it is); appends raise it from then on."""
+        self.ensure_schema()
+        with self.writing() as writer:
+            writer.record_high_water(point)
 
     def entry(self, index: int) -> bytes:
         """One committed entry, as stored."""
