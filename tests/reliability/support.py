@@ -270,7 +270,8 @@ def roomy(deployment_folder: Path, devices: int = 64) -> Tree:
         [
             Entitlement("research", 0, 0, 0),
             *(
-                Entitlement(t, 10**9 * MJ, devices, 1, parent="research", priority=i)
+                # 10⁶ MJ: far more than any test spends, and within 2⁶⁴ − 1 µJ (DESIGN.md §3).
+                Entitlement(t, 10**6 * MJ, devices, 1, parent="research", priority=i)
                 for i, t in enumerate(TEAMS)
             ),
         ]

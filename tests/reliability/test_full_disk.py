@@ -112,7 +112,7 @@ def test_a_full_disk_refuses_admissions_damages_nothing_and_recovers_without_res
             assert all(a.status_code == 503 and a.json()["error"] == "disk_full" for a in answers)
             refusals += len(answers)
             # A verdict that writes nothing (here a Deny) is still given on a full disk.
-            r = ops.post("/v1/claims", json=claim("too-big", uj=10**10 * MJ))
+            r = ops.post("/v1/claims", json=claim("too-big", uj=10**7 * MJ))
             assert (r.status_code, r.json()["verdict"]) == (200, "deny")
 
             assert ledger_path.read_bytes() == before, "a refused append changed the ledger"
@@ -162,3 +162,48 @@ def test_a_full_disk_refuses_admissions_damages_nothing_and_recovers_without_res
     figures.entries_lost = len(result.lost)
     figures.extra["disk"] = DISK
     figures.record()
+
+
+def test_s6_7_keeping_a_witness_receipt_on_a_full_disk_is_503_disk_full_and_breaks_nothing(
+    small_disk: Path,
+) -> None:
+    from joulepool.deployment import WITNESSES
+    from joulepool.ledger.keys import KeyPair
+    from joulepool.ledger.witness import sign_witness
+
+    auditor = KeyPair.from_seed("auditor", bytes(range(2, 34)))
+    deployment = Deployment.create(small_disk / "d")
+    witnesses = deployment.folder / WITNESSES
+    serve = start_serve(deployment.folder)
+    try:
+        with serve.client(deployment.operator) as ops:
+            for i in range(3):
+                assert ops.post("/v1/claims", json=claim(f"w{i}")).status_code == 200
+            head = bytes.fromhex(ops.get("/v1/ledger").json()["head_hex"])
+            body = {
+                "witness": auditor.kid,
+                "public_key_hex": auditor.public_key.hex(),
+                "receipt_hex": sign_witness(auditor, "steward", head, 3, 1).hex(),
+            }
+            filler = fill(small_disk)
+            r = ops.post("/v1/witness-receipts", json=body)
+            assert r.status_code == 503, r.text
+            assert r.json()["error"] == "disk_full", r.text
+            # Nothing half-written: no receipt, no key, no temporary file.
+            assert sorted(p.name for p in witnesses.iterdir()) == []
+            assert ops.get("/v1/witness-receipts").json() == {"receipts": []}
+            assert ops.get("/v1/ledger").json()["attestation"] == "self-attested"
+            filler.unlink()
+            r = ops.post("/v1/witness-receipts", json=body)
+            assert r.status_code == 200 and r.json()["through"] == 3, r.text
+            # A receipt file emptied behind the service's back (an older version's torn
+            # write) vouches for nothing, and breaks no read.
+            (witnesses / "auditor-9.receipt").write_bytes(b"")
+            listed = ops.get("/v1/witness-receipts")
+            assert listed.status_code == 200, listed.text
+            assert [k["length"] for k in listed.json()["receipts"]] == [3]
+            ledger = ops.get("/v1/ledger").json()
+            assert ledger["attestation"] == "witnessed" and ledger["witnessed_through"] == 3
+    finally:
+        serve.kill()
+    assert "Traceback" not in serve.output()

@@ -4,14 +4,15 @@ only by the documented command, a full disk damaging nothing (DESIGN.md §4, §6
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import cbor2
 import pytest
 
+from joulepool.ledger.cose import envelope_bytes, protected_header
 from joulepool.stores.file import (
     CorruptLedger,
     DiskFull,
@@ -25,7 +26,10 @@ from tests.disks import fill, tmpfs
 
 
 def entry(i: int, size: int = 40) -> bytes:
-    return bytes(cbor2.dumps([i, b"e" * size]))
+    """An entry-shaped item (a COSE_Sign1 envelope): the store never opens it, but tells a
+    torn write by that shape. Entry i of the default size is 122 bytes."""
+    payload = bytes(cbor2.dumps([i, b"e" * size]))
+    return envelope_bytes(protected_header("s"), payload, bytes(64))
 
 
 def test_append_then_reopen_reads_every_entry_back(tmp_path: Path) -> None:
@@ -52,11 +56,11 @@ def test_entries_stream_across_chunk_boundaries(tmp_path: Path) -> None:
         assert list(again.entries()) == big
 
 
-@pytest.mark.parametrize("chunk", [1, 43, 44, 45, 100, 10_000])
+@pytest.mark.parametrize("chunk", [1, 121, 122, 123, 300, 10_000])
 def test_entries_are_whole_whatever_the_chunk_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    # Entry i is 44 bytes; a chunk smaller than one entry still yields it whole.
+    # Entry i is 122 bytes; a chunk smaller than one entry still yields it whole.
     path = tmp_path / "ledger.cbor"
     many = [entry(i) for i in range(30)]
     with create(path) as store:
@@ -79,7 +83,7 @@ def test_a_second_writer_in_another_process_is_refused(tmp_path: Path) -> None:
     code = "import sys; from joulepool.stores.file import FileStore; FileStore(sys.argv[1])"
     with create(path):
         proc = subprocess.run(
-            [shutil.which("python3") or "python3", "-c", code, str(path)],
+            [sys.executable, "-c", code, str(path)],
             capture_output=True,
             text=True,
             check=False,

@@ -527,3 +527,63 @@ def test_a_pool_whose_commit_outcome_is_unknown_never_answers_falsely(
         assert len(direct) == 2
         rerun = Pool(team_tree(), key, direct)
         assert rerun.usage_of("a").running_claims == 2
+
+
+def test_s6_1_rows_deleted_from_postgresql_are_refused_at_start(
+    pg_server: PgServer, pg_dsn: str, pg_ledger: str
+) -> None:
+    """The high-water record rides in each append's transaction; a start holds to it."""
+    from joulepool.ledger.keys import KeyPair
+    from joulepool.ledger.rollback import HighWater, HighWaterMissing, LedgerRolledBack
+    from joulepool.pool import Pool
+    from joulepool.stores.base import head_at
+    from tests.builders import claim, team_tree
+
+    key = KeyPair.generate("steward")
+    pool = Pool(team_tree(), key, PostgresStore(pg_dsn, ledger=pg_ledger))
+    for i in range(6):
+        assert pool.submit(claim(f"j{i}", "abc"[i % 3], 10)).seq == i
+    high = pool.store.high_water()
+    assert high == HighWater(6, pool.head)
+    pool.close()
+    rows = pg_server.sql(
+        "SELECT length, head FROM pool_ledger_high_water WHERE ledger = %s", (pg_ledger,)
+    )
+    assert rows == [(6, high.head)]
+    # Someone deletes the newest entries: the quota they spent must not come back.
+    pg_server.sql("DELETE FROM pool_ledger_entries WHERE ledger = %s AND seq >= 4", (pg_ledger,))
+    with pytest.raises(LedgerRolledBack) as info:
+        Pool(team_tree(), key, PostgresStore(pg_dsn, ledger=pg_ledger))
+    assert (info.value.length, info.value.acknowledged) == (4, 6)
+    assert "has 4 entries" in str(info.value) and "acknowledged 6" in str(info.value)
+    # Deleting the record as well leaves a ledger that nothing vouches for: refused too.
+    pg_server.sql("DELETE FROM pool_ledger_high_water WHERE ledger = %s", (pg_ledger,))
+    with pytest.raises(HighWaterMissing, match="pool ledger acknowledge"):
+        Pool(team_tree(), key, PostgresStore(pg_dsn, ledger=pg_ledger))
+    # An operator who accepts the loss records the ledger as it stands; appends go on.
+    with PostgresStore(pg_dsn, ledger=pg_ledger) as store:
+        store.acknowledge(HighWater(4, head_at(store, 4)))
+    pool = Pool(team_tree(), key, PostgresStore(pg_dsn, ledger=pg_ledger))
+    assert pool.length == 4
+    assert pool.submit(claim("after", "a", 10)).seq == 4
+    assert pool.store.high_water() == HighWater(5, pool.head)
+    pool.close()
+
+
+def test_s6_1_a_database_from_before_the_record_gains_its_table(
+    pg_server: PgServer, pg_ledger: str
+) -> None:
+    db = f"legacy_{os.getpid()}_{time.monotonic_ns()}"
+    pg_server.sql(f"CREATE DATABASE {db}")
+    dsn = pg_server.dsn(db)
+    pg_server.sql(
+        "CREATE TABLE pool_ledger_entries (ledger text NOT NULL, seq bigint NOT NULL"
+        " CHECK (seq >= 0), entry bytea NOT NULL, PRIMARY KEY (ledger, seq))",
+        dbname=db,
+    )
+    with PostgresStore(dsn, ledger=pg_ledger, create_schema=False) as old:
+        assert old.high_water() is None  # no table yet: no record, and no error
+    with PostgresStore(dsn, ledger=pg_ledger) as store:
+        append(store, [item(0), item(1)])
+        high = store.high_water()
+        assert high is not None and high.length == 2
