@@ -41,7 +41,7 @@ over_quota_weight = 0
 def big_tree(folder: Path) -> None:
     """Teams with guarantees no benchmark run can exhaust, so every claim is admitted."""
     text = TREE + "".join(
-        f'\n[[entitlement]]\nid = "team-{i}"\nparent = "cluster"\nguarantee_uj = {10**30}\n'
+        f'\n[[entitlement]]\nid = "team-{i}"\nparent = "cluster"\nguarantee_uj = {2**64 - 1}\n'
         f"guarantee_devices = {10**9}\nover_quota_weight = 1\n"
         for i in range(8)
     )
