@@ -235,13 +235,23 @@ def entry_rows(
     store: FileStore, steward: str, start: int, limit: int | None
 ) -> Iterator[dict[str, Any]]:
     """Each entry's index, content address and event, for `pool ledger show`."""
+    from joulepool.errors import LedgerRefused
+    from joulepool.ledger.cbor import CborRefused
     from joulepool.ledger.cose import content_address, open_envelope
-    from joulepool.ledger.entry import event_of
+    from joulepool.ledger.entry import EntryMalformed, event_of
 
     for i, raw in enumerate(store.entries(start), start):
         if limit is not None and i >= start + limit:
             return
-        event = event_of(open_envelope(raw).core, steward)
+        try:
+            event = event_of(open_envelope(raw).core, steward)
+        except CborRefused as exc:
+            # Verified a moment ago: the file changed in between. Refuse, never a traceback.
+            raise LedgerRefused(
+                i, exc.error, f"changed since it was verified: {exc.detail}"
+            ) from None
+        except EntryMalformed as exc:
+            raise LedgerRefused(i, "malformed", f"changed since it was verified: {exc}") from None
         yield {"seq": i, "address_hex": content_address(raw).hex(), **event.to_json()}
 
 

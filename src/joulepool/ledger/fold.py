@@ -16,6 +16,7 @@ from joulepool.errors import LedgerRefused
 from joulepool.estimate import Observation
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy, Grade
+from joulepool.ledger.entry import brief
 from joulepool.tree import Tree, Usage
 
 INCONSISTENT = "inconsistent_stream"
@@ -60,14 +61,14 @@ class LedgerState:
         """Why `event` would be inconsistent after what was folded, or None (§6.4)."""
         if isinstance(event, Admitted):
             if event.claim in self._open:
-                return f"claim {event.claim!r} is already admitted and running"
+                return f"claim {brief(event.claim)} is already admitted and running"
             if event.claim in self._closed:
-                return f"claim {event.claim!r} was admitted and released before"
+                return f"claim {brief(event.claim)} was admitted and released before"
             return None
         if event.claim in self._closed:
-            return f"claim {event.claim!r} was released already"
+            return f"claim {brief(event.claim)} was released already"
         if event.claim not in self._open:
-            return f"claim {event.claim!r} was never admitted"
+            return f"claim {brief(event.claim)} was never admitted"
         return None
 
     def apply(self, event: Event) -> None:
