@@ -95,6 +95,17 @@ def ledger(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes, list[
     return folder, data, spans(data, starts)
 
 
+def each_flip(
+    data: bytes, start: int = 0, end: int | None = None
+) -> Iterator[tuple[int, int, bytes]]:
+    """Every single-bit flip of `data[start:end]`: the byte, the bit, and the damaged bytes."""
+    for byte in range(start, len(data) if end is None else end):
+        for bit in range(8):
+            damaged = bytearray(data)
+            damaged[byte] ^= 1 << bit
+            yield byte, bit, bytes(damaged)
+
+
 def owner(entries: list[tuple[int, int]], byte: int) -> int:
     return next(i for i, (a, b) in enumerate(entries) if a <= byte < b)
 
@@ -107,32 +118,29 @@ def test_s6_1_no_bit_flip_makes_recover_remove_a_verified_entry(
     bare = scratch / "ledger.cbor"
     key = load_key_file(folder / PUBLIC_KEY)
     flips = lost = truncated = refused = 0
-    for byte in range(len(data)):
+    for byte, bit, damaged in each_flip(data):
         flipped_entry = owner(entries, byte)
-        for bit in range(8):
-            damaged = bytearray(data)
-            damaged[byte] ^= 1 << bit
-            bare.write_bytes(damaged)
-            flips += 1
-            try:
-                done = recover(bare)
-            except CorruptLedger as exc:
-                refused += 1
-                assert exc.offset is not None
-                assert bare.read_bytes() == damaged, "a refused recover changed the file"
-                continue
-            if done is None:
-                assert bare.read_bytes() == damaged
-                continue
-            truncated += 1
-            # Whatever was cut must hold no entry that still verifies: the only entry it may
-            # take is the one whose bytes the flip damaged.
-            gone = [i for i, (a, _) in enumerate(entries) if a >= done.offset]
-            survivors = [i for i in gone if i != flipped_entry]
-            lost += len(survivors)
-            assert not survivors, (byte, bit, done, gone)
-            assert done.offset >= entries[flipped_entry][0]
-            _assert_still_verifies(bare, key)
+        bare.write_bytes(damaged)
+        flips += 1
+        try:
+            done = recover(bare)
+        except CorruptLedger as exc:
+            refused += 1
+            assert exc.offset is not None
+            assert bare.read_bytes() == damaged, "a refused recover changed the file"
+            continue
+        if done is None:
+            assert bare.read_bytes() == damaged
+            continue
+        truncated += 1
+        # Whatever was cut must hold no entry that still verifies: the only entry it may
+        # take is the one whose bytes the flip damaged.
+        gone = [i for i, (a, _) in enumerate(entries) if a >= done.offset]
+        survivors = [i for i in gone if i != flipped_entry]
+        lost += len(survivors)
+        assert not survivors, (byte, bit, done, gone)
+        assert done.offset >= entries[flipped_entry][0]
+        _assert_still_verifies(bare, key)
     _figures.faults_injected += flips
     _figures.entries_lost += lost
     _figures.extra |= {
@@ -159,18 +167,15 @@ def test_s6_1_with_its_high_water_record_recover_removes_nothing(
     copy = scratch / "ledger.cbor"
     shutil.copyfile(record_path(folder / LEDGER), record_path(copy))
     flips = 0
-    for byte in range(len(data)):
-        for bit in range(8):
-            damaged = bytearray(data)
-            damaged[byte] ^= 1 << bit
-            copy.write_bytes(damaged)
-            flips += 1
-            try:
-                done = recover(copy)
-            except CorruptLedger:
-                done = None
-            assert done is None, (byte, bit, done)
-            assert copy.read_bytes() == damaged
+    for byte, bit, damaged in each_flip(data):
+        copy.write_bytes(damaged)
+        flips += 1
+        try:
+            done = recover(copy)
+        except CorruptLedger:
+            done = None
+        assert done is None, (byte, bit, done)
+        assert copy.read_bytes() == damaged
     _figures.extra["flips_tried_with_record"] = flips
 
 
@@ -185,21 +190,18 @@ def test_s6_1_damage_before_the_last_entry_is_refused_at_its_index_never_as_torn
     before = Replayer(key.kid, key.public_key)
     checked = 0
     for j, (start, end) in enumerate(entries[:-1]):
-        for byte in range(start, end):
-            for bit in range(8):
-                damaged = bytearray(data)
-                damaged[byte] ^= 1 << bit
-                copy.write_bytes(damaged)
-                with FileStore(copy, writer=False) as store:
-                    assert len(store) >= j
-                    assert store.tail is None or not store.tail.torn, (byte, bit, store.tail)
-                    if len(store) == j:  # entry j is where the whole entries stop
-                        assert store.tail is not None
-                        continue
-                    with pytest.raises(LedgerRefused) as info:
-                        before.feed(store.entry(j))
-                assert info.value.index == j, (byte, bit, info.value)
-                checked += 1
+        for byte, bit, damaged in each_flip(data, start, end):
+            copy.write_bytes(damaged)
+            with FileStore(copy, writer=False) as store:
+                assert len(store) >= j
+                assert store.tail is None or not store.tail.torn, (byte, bit, store.tail)
+                if len(store) == j:  # entry j is where the whole entries stop
+                    assert store.tail is not None
+                    continue
+                with pytest.raises(LedgerRefused) as info:
+                    before.feed(store.entry(j))
+            assert info.value.index == j, (byte, bit, info.value)
+            checked += 1
         before.feed(data[start:end])
     _figures.entries_checked += checked
 

@@ -138,18 +138,11 @@ def check_witness(
         return AttestationReport(
             Attestation.self_attested, length, error=WitnessError.witness_is_steward
         )
-    bad = AttestationReport(
-        Attestation.self_attested, length, error=WitnessError.bad_witness_signature
-    )
-    try:
-        env = open_envelope(receipt)
-    except CborRefused:
-        return bad
-    statement = _statement(env.core)
-    if env.kid != witness or statement is None or statement.witness != witness:
-        return bad
-    if not verify_signature(env, witness_public_key):
-        return bad
+    statement = verified_statement(receipt, witness, witness_public_key)
+    if statement is None:
+        return AttestationReport(
+            Attestation.self_attested, length, error=WitnessError.bad_witness_signature
+        )
     if (
         statement.steward != steward
         or statement.length > length
