@@ -7,9 +7,12 @@ from hypothesis import strategies as st
 
 from joulepool.ledger.sequence import (
     INCOMPLETE,
+    LONGEST_SEALED,
     StructureError,
+    entry_prefix,
     envelope_end,
     item_end,
+    not_torn,
     split,
 )
 from tests.ledgers import twenty
@@ -135,3 +138,29 @@ def test_a_sequence_of_entries_and_other_items_splits_alike_either_way() -> None
     offsets, tail = split(b"".join(mixed))
     assert tail is None
     assert offsets == [sum(map(len, mixed[:i])) for i in range(len(mixed))]
+
+
+def test_s6_1_every_prefix_of_an_entry_can_be_a_torn_write() -> None:
+    entry = twenty()[3]
+    for cut in range(len(entry)):
+        assert entry_prefix(entry[:cut]), cut
+        assert not_torn(entry[:cut], LONGEST_SEALED, 3, None) is None, cut
+        assert not_torn(entry[:cut], LONGEST_SEALED, 3, 3) is None, cut
+
+
+def test_s6_1_each_reason_a_tail_is_not_a_torn_write() -> None:
+    ledger = twenty()
+    cut = ledger[5][:40]
+    # Covered by the high-water record: entry 5 was acknowledged.
+    assert "acknowledged" in (not_torn(cut, LONGEST_SEALED, 5, 6) or "")
+    # Longer than any entry, whether read whole or only its first bytes.
+    assert "longer than any entry" in (not_torn(cut, 39, 5, None) or "")
+    assert "70000 bytes" in (not_torn(cut, LONGEST_SEALED, 5, None, 70_000) or "")
+    # Not the way an entry begins: a flipped tag, a flipped array header, a bad map.
+    for at, flip in ((0, 0x01), (1, 0x02), (2, 0x40)):
+        bad = bytearray(cut)
+        bad[at] ^= flip
+        assert "do not begin" in (not_torn(bytes(bad), LONGEST_SEALED, 5, None) or ""), at
+    # A whole entry inside: the tail is entries, not an unfinished one.
+    damaged = ledger[5][:-1] + ledger[6]
+    assert "whole entry starts" in (not_torn(damaged, LONGEST_SEALED, 5, None) or "")

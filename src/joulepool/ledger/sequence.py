@@ -204,21 +204,25 @@ def whole_entry_within(buf: bytes | memoryview) -> int | None:
     return None
 
 
-def not_torn(tail: bytes, longest: int, index: int, acknowledged: int | None) -> str | None:
+def not_torn(
+    tail: bytes, longest: int, index: int, acknowledged: int | None, size: int | None = None
+) -> str | None:
     """Why the bytes `tail`, found after entry `index - 1`, cannot be a torn write, or None
     when they can (standard §6.1: a torn write loses only what was never acknowledged).
 
     `longest` is the longest entry this ledger could hold; `acknowledged` the length its
-    high-water record reached, if it has one. Each reason is evidence that truncating
-    `tail` would delete something an append completed.
+    high-water record reached, if it has one; `size` the tail's whole length where `tail`
+    is only its first bytes (a reader need not read past `longest + 1`). Each reason is
+    evidence that truncating the tail would delete something an append completed.
     """
+    size = len(tail) if size is None else size
     if acknowledged is not None and index < acknowledged:
         return (
             f"entry {index} was acknowledged (the high-water record reaches {acknowledged} "
             "entries), so these bytes are a damaged entry, not an unfinished one"
         )
-    if len(tail) > longest:
-        return f"{len(tail)} bytes is longer than any entry this ledger could hold ({longest})"
+    if size > longest:
+        return f"{size} bytes is longer than any entry this ledger could hold ({longest})"
     if not entry_prefix(tail):
         return "they do not begin the way every entry begins"
     inside = whole_entry_within(tail)

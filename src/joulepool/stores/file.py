@@ -139,7 +139,7 @@ class FileStore:
         longest = self._longest_entry()
         data = os.pread(self._fd, min(tail.length, longest + 1), tail.offset)
         acknowledged = self._high.point.length if self._high is not None else None
-        reason = not_torn(data, longest, len(self._offsets), acknowledged)
+        reason = not_torn(data, longest, len(self._offsets), acknowledged, tail.length)
         if reason is None:
             return tail
         return Tail(tail.offset, tail.length, False, reason)
