@@ -38,6 +38,7 @@ from joulepool.ledger.replay import replay
 from joulepool.pool import Pool
 from joulepool.stores.file import create
 from tests.builders import claim, team_tree
+from tests.ledger.strategies import ERRORS
 from tests.ledgers import STEWARD, WITNESS, twenty
 from tests.reliability.support import MJ, Figures, rss_kib
 from tests.servers import Deployment, Serve, start_serve
@@ -154,15 +155,7 @@ def replay_typed(entries: list[bytes]) -> None:
         assert exc.error in REFUSALS, exc.error
 
 
-REFUSALS = {
-    "malformed",
-    "non_canonical",
-    "unknown_signer",
-    "bad_signature",
-    "seq_mismatch",
-    "broken_chain",
-    "inconsistent_stream",
-}
+REFUSALS = ERRORS  # DESIGN.md §4's error names, listed once for the tests
 
 
 @pytest.mark.parametrize("data", HOSTILE_CBOR, ids=range(len(HOSTILE_CBOR)))
