@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +94,17 @@ def start_serve(folder: Path, *extra: str, wait: bool = True, port: int | None =
     if wait:
         wait_ready(serve)
     return serve
+
+
+def serving(folder: Path) -> Iterator[tuple[Deployment, Serve]]:
+    """A new deployment at `folder` with its tokens, served until the generator closes: the
+    body of a module-scoped `served` fixture (`yield from serving(...)`)."""
+    deployment = Deployment.create(folder)
+    serve = start_serve(deployment.folder)
+    try:
+        yield deployment, serve
+    finally:
+        serve.kill()
 
 
 def wait_ready(serve: Serve, timeout_s: float = 60) -> None:

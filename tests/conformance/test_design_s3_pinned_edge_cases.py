@@ -43,7 +43,8 @@ from joulepool.tree import Entitlement, Tree
 from joulepool.witnesses import KeptReceipt, attestation
 from tests.builders import H, claim, ent, team_tree
 from tests.ledgers import STEWARD, WITNESS, admitted, seal_all
-from tests.servers import Deployment, Serve, pool_cli, start_serve
+from tests.reliability.support import claim as claim_json
+from tests.servers import Deployment, Serve, pool_cli, serving
 
 TOP = 2**64 - 1
 """The largest figure: the largest unsigned integer a ledger entry carries."""
@@ -83,21 +84,12 @@ def deployment_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, Serve]]:
-    deployment = Deployment.create(tmp_path_factory.mktemp("pinned") / "d")
-    serve = start_serve(deployment.folder)
-    yield deployment, serve
-    serve.kill()
+    yield from serving(tmp_path_factory.mktemp("pinned") / "d")
 
 
 def http_claim(claim_id: str, ent_id: str = "vision", uj: int = 1, **extra: Any) -> dict[str, Any]:
-    return {
-        "id": claim_id,
-        "entitlement": ent_id,
-        "gang_size": 1,
-        "devices_per_member": 1,
-        "estimate": {"uj": uj, "grade": "HwShunt"},
-        **extra,
-    }
+    """`POST /v1/claims`'s one-device HwShunt claim, with fields replaced by `extra`."""
+    return claim_json(claim_id, ent_id, uj) | extra
 
 
 def assert_422_invalid_input(response: Any, field: str) -> None:

@@ -41,7 +41,7 @@ from tests.builders import claim, team_tree
 from tests.ledger.strategies import ERRORS
 from tests.ledgers import STEWARD, WITNESS, twenty
 from tests.reliability.support import MJ, Figures, rss_kib
-from tests.servers import Deployment, Serve, start_serve
+from tests.servers import Deployment, Serve, serving
 
 RECEIPTS = twenty()
 LEDGER = b"".join(RECEIPTS)
@@ -445,10 +445,7 @@ HTTP_STATUSES = {200, 401, 403, 404, 405, 409, 422, 503}
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, Serve]]:
-    deployment = Deployment.create(tmp_path_factory.mktemp("hostile") / "d")
-    serve = start_serve(deployment.folder)
-    yield deployment, serve
-    serve.kill()
+    yield from serving(tmp_path_factory.mktemp("hostile") / "d")
 
 
 def answer_typed(

@@ -11,17 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import Deployment, Serve, start_serve
+from tests.servers import Deployment, Serve, serving
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, Serve]]:
-    deployment = Deployment.create(tmp_path_factory.mktemp("st") / "d")
-    serve = start_serve(deployment.folder)
-    yield deployment, serve
-    serve.kill()
+    yield from serving(tmp_path_factory.mktemp("st") / "d")
 
 
 @pytest.mark.parametrize("who", ["operator", "tenant"])
