@@ -4,6 +4,7 @@ mix, with the mode asked for (key files, token lists, Slurm configuration)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
@@ -40,3 +41,30 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_DSYNC = getattr(os, "RWF_DSYNC", None)
+
+
+def write_durably(fd: int, data: bytes, offset: int) -> None:
+    """Write all of `data` at `offset` and make it durable, as pwrite then fdatasync would.
+
+    Where the kernel has `RWF_DSYNC` (Linux 4.7), write and sync are one system call: a
+    thread that gives up the interpreter lock for each call waits to take it back from a
+    busy event loop, and the group commit paid that wait twice per append and twice per
+    high-water record.
+    """
+    view = memoryview(data)
+    if _DSYNC is not None:
+        try:
+            while view:
+                written = os.pwritev(fd, [view], offset, _DSYNC)
+                view, offset = view[written:], offset + written
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL) or len(view) < len(data):
+                raise
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+    os.fdatasync(fd)

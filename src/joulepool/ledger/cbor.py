@@ -91,7 +91,8 @@ def encode(obj: object) -> bytes:
     deeper than MAX_NESTING. Anything else, bool, None and float included, is refused with
     InvalidInput naming where it sits, rather than written in a form a verifier refuses.
     """
-    canonical = _canonical(obj, 0, "")
+    flat = _flat_in_order(obj)
+    canonical = _canonical(obj, 0, "") if flat is None else flat
     try:
         out: bytes = cbor2.dumps(canonical)
     except (cbor2.CBORError, UnicodeError, ValueError, TypeError, OverflowError) as exc:
@@ -318,6 +319,44 @@ def _keys_in_order(keys: tuple[object, ...]) -> bool:
     return True
 
 
+# Key orders of flat maps already sorted: a ledger's cores come in a few shapes.
+_FLAT_ORDERS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_FLAT_ORDERS_MAX = 64
+
+
+def _flat_in_order(obj: object) -> dict[str, object] | None:
+    """A map of text keys to plain int, text or bytes values, keys in det-CBOR order.
+
+    Every ledger core has this shape: the fast path of `encode`, an order looked up
+    instead of a recursive walk. Anything else (a nested value, a subclass, an int out of
+    range, a key that is not valid text) is None, and `_canonical` checks it and says why.
+    """
+    if type(obj) is not dict:
+        return None
+    keys = tuple(obj)
+    order = _FLAT_ORDERS.get(keys)
+    if order is None:
+        if not all(type(k) is str for k in keys):
+            return None
+        try:
+            order = tuple(sorted(keys, key=_sort_key))
+        except UnicodeError:
+            return None
+        if len(_FLAT_ORDERS) < _FLAT_ORDERS_MAX:
+            _FLAT_ORDERS[keys] = order
+    out: dict[str, object] = {}
+    for key in order:
+        value = obj[key]
+        kind = type(value)
+        if kind is int:
+            if not -_INT_LIMIT <= value < _INT_LIMIT:
+                return None
+        elif kind is not str and kind is not bytes:
+            return None
+        out[key] = value
+    return out
+
+
 def _canonical(obj: object, depth: int, where: str) -> object:
     """`obj` checked against the profile, with every map's keys in det-CBOR order."""
     if isinstance(obj, bool) or obj is None or isinstance(obj, float):
@@ -341,12 +380,12 @@ def _canonical(obj: object, depth: int, where: str) -> object:
             items.append((plain_key, _canonical(value, depth + 1, join_field(where, str(key)))))
         try:
             in_order = _keys_in_order(tuple(k for k, _ in items))
+            if not in_order:
+                items.sort(key=lambda item: _sort_key(item[0]))
         except UnicodeError as exc:
             raise InvalidInput(where, f"a map key is not valid text: {exc}") from exc
-        if not in_order:
-            items.sort(key=lambda item: _sort_key(item[0]))
-            if len({k for k, _ in items}) != len(items):
-                raise InvalidInput(where, "two map keys are equal")
+        if not in_order and len({k for k, _ in items}) != len(items):
+            raise InvalidInput(where, "two map keys are equal")
         return dict(items)
     if isinstance(obj, list | tuple):
         return [_canonical(item, depth + 1, f"{where}[{i}]") for i, item in enumerate(obj)]

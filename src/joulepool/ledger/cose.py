@@ -29,6 +29,7 @@ from joulepool.ledger.cbor import (
     decode_wellformed,
     encode,
 )
+from joulepool.ledger.signing import sign_detached
 
 COSE_SIGN1_TAG: Final = 18
 ALG_EDDSA: Final = -8
@@ -66,9 +67,17 @@ _SHORT_HEADERS: Final = tuple(
 )
 
 
+_protected: dict[str, bytes] = {}
+
+
 def protected_header(kid: str) -> bytes:
     """det-CBOR `{1: -8, 4: kid}`: alg EdDSA and the signer's identifier (DESIGN.md §4)."""
-    return encode({HEADER_ALG: ALG_EDDSA, HEADER_KID: kid.encode("utf-8")})
+    header = _protected.get(kid)
+    if header is None:
+        header = encode({HEADER_ALG: ALG_EDDSA, HEADER_KID: kid.encode("utf-8")})
+        if len(_protected) < 256:
+            _protected[kid] = header
+    return header
 
 
 _sig_prefixes: dict[bytes, bytes] = {}
@@ -107,7 +116,7 @@ def seal(core: Mapping[str, object], kid: str, signing_key: SigningKey) -> bytes
     """Seal `core` as a COSE_Sign1 signed by `signing_key` under `kid` (§6.5)."""
     protected = protected_header(kid)
     payload = encode(core)
-    signature = signing_key.sign(sig_structure(protected, payload)).signature
+    signature = sign_detached(signing_key, sig_structure(protected, payload))
     return envelope_bytes(protected, payload, signature)
 
 

@@ -80,13 +80,19 @@ class Committer:
             except Exception as exc:  # a bug must not leave clients waiting forever
                 failure = StoreError(f"the commit failed: {exc!r}")
                 outcomes = [failure] * len(batch)
-            for (_, future), outcome in zip(batch, outcomes, strict=True):
-                future.get_loop().call_soon_threadsafe(_resolve, future, outcome)
+            answers = [
+                (future, outcome) for (_, future), outcome in zip(batch, outcomes, strict=True)
+            ]
+            # One wake-up of the loop per batch, not one per request: each costs a write
+            # to the loop's self-pipe and a turn of the GIL.
+            for loop in {future.get_loop() for future, _ in answers}:
+                loop.call_soon_threadsafe(_resolve, [a for a in answers if a[0].get_loop() is loop])
             if stop:
                 return
 
 
-def _resolve(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
-    # A client that hung up has had its future cancelled; its entry stands all the same.
-    if not future.done():
-        future.set_result(outcome)
+def _resolve(answers: list[tuple[asyncio.Future[Outcome], Outcome]]) -> None:
+    for future, outcome in answers:
+        # A client that hung up has had its future cancelled; its entry stands all the same.
+        if not future.done():
+            future.set_result(outcome)

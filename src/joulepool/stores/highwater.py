@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Final
 
 from joulepool.errors import DiskFull, StoreError, no_space
-from joulepool.files import fsync_dir
+from joulepool.files import fsync_dir, write_durably
 from joulepool.ledger.cose import GENESIS
 from joulepool.ledger.rollback import HighWater, HighWaterUnreadable
 
@@ -123,8 +123,7 @@ class HighWaterFile:
 
     def _write(self, slot: int, point: HighWater) -> None:
         try:
-            _write_all(self._fd, _slot(point), slot * SLOT)
-            os.fdatasync(self._fd)
+            write_durably(self._fd, _slot(point), slot * SLOT)
         except OSError as exc:
             raise _store_error(self.path, exc) from None
         self.point = point
