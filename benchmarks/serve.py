@@ -1,8 +1,14 @@
-"""Durable admissions per second over loopback HTTP (issue 5). Prints one JSON object.
+"""Durable admissions per second over loopback HTTP (issues 5, 14). Prints one JSON object.
 
 A real `pool serve` (file store, then PostgreSQL when its server binaries are installed)
 takes many concurrent clients, each submitting claims that are admitted; every answer was
 fsynced (or committed) before it was sent. The load generator is a separate process.
+
+The framework's floor is measured in the same run, under the same load: a bare FastAPI
+application on uvicorn (same parser and loop) that validates the same claim body with
+the same model and answers a verdict-shaped JSON, with no token, decision, signature or
+disk. `ratio_to_bare` is the file store's admissions per second over the floor's, per
+round; rounds alternate floor and service so that both see the same machine.
 """
 
 from __future__ import annotations
@@ -19,13 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from joulepool.service.models import ClaimIn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.pg import INSTALL_HINT, PgServer, find_binaries
-from tests.servers import Deployment, start_serve
+from tests.servers import Deployment, free_port, start_serve
 
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "64"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "10"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 TREE = """
 [pool]
 steward = "steward"
@@ -112,11 +123,77 @@ def _response_head(raw: bytes) -> tuple[int, int]:
     raise ValueError(f"no content-length in {raw[:200]!r}")
 
 
-def metric(url: str, name: str) -> float:
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
+def metric(url: str, token: str, name: str) -> float:
+    headers = {"Authorization": f"Bearer {token}"}  # /metrics needs a token (API.md)
+    for line in httpx.get(f"{url}/metrics", headers=headers).text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.split()[-1])
     raise KeyError(name)
+
+
+def bare_app() -> Any:
+    """The framework's floor: FastAPI validating the claim body, no decision, no disk."""
+    app = FastAPI()
+
+    @app.post("/v1/claims")
+    async def submit(body: ClaimIn) -> JSONResponse:
+        return JSONResponse(
+            {
+                "claim": body.id,
+                "verdict": "admit",
+                "reserved": body.estimate.model_dump(),
+                "devices": body.gang_size * body.devices_per_member,
+                "borrowed_uj": 0,
+                "seq": 0,
+            }
+        )
+
+    return app
+
+
+def run_bare() -> dict[str, Any]:
+    """The same load against `bare_app` served by uvicorn as `pool serve` is served."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--bare", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                httpx.get(f"{url}/openapi.json", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        figures = load_in_process(url, "none")
+    finally:
+        proc.kill()
+        proc.wait()
+    return summary(figures)
+
+
+def load_in_process(url: str, token: str) -> dict[str, Any]:
+    """The load, run in its own process so it does not share the server's interpreter."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--load", url, token, str(SECONDS)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures: dict[str, Any] = json.loads(out.stdout)
+    return figures
+
+
+def summary(figures: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "admissions_per_s": round(figures["admitted"] / figures["elapsed_s"]),
+        "p50_ms": round(figures["p50_ms"], 2),
+        "p99_ms": round(figures["p99_ms"], 2),
+        "admitted": figures["admitted"],
+    }
 
 
 def run(extra: tuple[str, ...], folder: Path) -> dict[str, Any]:
@@ -124,24 +201,14 @@ def run(extra: tuple[str, ...], folder: Path) -> dict[str, Any]:
     big_tree(folder)
     serve = start_serve(folder, *extra)
     try:
-        fsyncs_before = metric(serve.url, "pool_fsyncs_total")
-        # The load runs in its own process, so it does not share the server's interpreter.
-        out = subprocess.run(
-            [sys.executable, __file__, "--load", serve.url, deployment.operator, str(SECONDS)],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        figures = json.loads(out.stdout)
-        fsyncs = metric(serve.url, "pool_fsyncs_total") - fsyncs_before
+        fsyncs_before = metric(serve.url, deployment.operator, "pool_fsyncs_total")
+        figures = load_in_process(serve.url, deployment.operator)
+        fsyncs = metric(serve.url, deployment.operator, "pool_fsyncs_total") - fsyncs_before
     finally:
         serve.kill()
     return {
-        "admissions_per_s": round(figures["admitted"] / figures["elapsed_s"]),
-        "p50_ms": round(figures["p50_ms"], 2),
-        "p99_ms": round(figures["p99_ms"], 2),
+        **summary(figures),
         "fsyncs_per_admission": round(fsyncs / max(1, figures["admitted"]), 4),
-        "admitted": figures["admitted"],
     }
 
 
@@ -149,9 +216,26 @@ def main() -> None:
     if sys.argv[1:2] == ["--load"]:
         print(json.dumps(asyncio.run(load(sys.argv[2], sys.argv[3], float(sys.argv[4])))))
         return
-    result: dict[str, Any] = {"clients": CLIENTS, "seconds": SECONDS}
+    if sys.argv[1:2] == ["--bare"]:
+        import uvicorn
+
+        uvicorn.run(bare_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+        return
+    result: dict[str, Any] = {"clients": CLIENTS, "seconds": SECONDS, "rounds": ROUNDS}
     with tempfile.TemporaryDirectory() as tmp:
-        result["file"] = run((), Path(tmp) / "file")
+        bare, files = [], []
+        for n in range(ROUNDS):
+            bare.append(run_bare())
+            files.append(run((), Path(tmp) / f"file-{n}"))
+        ratios = [
+            f["admissions_per_s"] / b["admissions_per_s"] for f, b in zip(files, bare, strict=True)
+        ]
+        result["bare_rounds"] = bare
+        result["file_rounds"] = files
+        result["ratio_rounds"] = [round(r, 3) for r in ratios]
+        result["bare_per_s"] = round(statistics.median(b["admissions_per_s"] for b in bare))
+        result["file"] = files[sorted(range(ROUNDS), key=lambda i: ratios[i])[ROUNDS // 2]]
+        result["ratio_to_bare"] = round(statistics.median(ratios), 3)
         dsn = os.environ.get("BENCH_POSTGRES_DSN")
         if dsn is not None:
             result["postgres"] = run(("--postgres", dsn), Path(tmp) / "pgd")
@@ -169,6 +253,7 @@ def main() -> None:
             result["postgres"]["admissions_per_s"] / result["file"]["admissions_per_s"], 3
         )
     result["goal"] = {
+        "ratio_to_bare_min": 0.8,
         "file_admissions_per_s_min": 2000,
         "file_p99_ms_max": 50,
         "fsyncs_per_admission_max": 0.2,

@@ -8,14 +8,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import TOKENS
+from joulepool.deployment import CONFIG, TOKENS, read_config
 from joulepool.service.tokens import add_token
 
 
@@ -38,10 +38,15 @@ class Deployment:
         cls, folder: Path, tenants: tuple[str, ...] = ("vision", "language", "robotics")
     ) -> Deployment:
         init_deployment(folder, "steward")
-        d = cls(folder, add_token(folder / TOKENS, "ops", "operator"))
+        d = cls(folder, "")
+        d.operator = d.add_token("ops", "operator")
         for t in tenants:
-            d.tenants[t] = add_token(folder / TOKENS, t, f"tenant:{t}")
+            d.tenants[t] = d.add_token(t, f"tenant:{t}")
         return d
+
+    def add_token(self, name: str, scope: str) -> str:
+        """A new token in this deployment's tokens.toml, its scope checked against pool.toml."""
+        return add_token(self.folder / TOKENS, name, scope, read_config(self.folder / CONFIG).tree)
 
 
 @dataclass
@@ -96,7 +101,7 @@ def start_serve(folder: Path, *extra: str, wait: bool = True, port: int | None =
     return serve
 
 
-def serving(folder: Path) -> Iterator[tuple[Deployment, Serve]]:
+def serving(folder: Path) -> Generator[tuple[Deployment, Serve], None, None]:
     """A new deployment at `folder` with its tokens, served until the generator closes: the
     body of a module-scoped `served` fixture (`yield from serving(...)`)."""
     deployment = Deployment.create(folder)

@@ -13,6 +13,9 @@ tree is refused naming the file, the node and the field, and nothing is half-app
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,6 +84,22 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         _optional_figure(idle, "window_us", where), _optional_figure(idle, "threshold_uw", where)
     )
     return Config(steward, parse_tree(doc.get("entitlement"), where), policy, required)
+
+
+def config_digest(tree: Tree, idle: IdlePolicy, required_evidence: int) -> bytes:
+    """SHA-256 of what decides in `pool.toml`: every field of every entitlement, in the
+    tree's order, the idle policy and `required_evidence`, as canonical JSON. Replicas of
+    one PostgreSQL ledger must agree on it (docs/reliability.md); comments, key order and
+    layout of the file do not change it, and neither does the steward (its key is checked
+    on its own)."""
+    doc = {
+        "pool.toml": 1,
+        "entitlements": [dataclasses.asdict(ent) for ent in tree],
+        "idle": {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw},
+        "required_evidence": required_evidence,
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).digest()
 
 
 def _optional_figure(table: Mapping[str, Any], name: str, where: str) -> int | None:

@@ -65,6 +65,21 @@ class InvalidTree(InvalidInput):
         return InvalidTree(self.node, self.field, self.reason, file, structural=self.structural)
 
 
+class InvalidTokens(InvalidInput):
+    """`tokens.toml` was refused (API.md, Tokens): open to other users, a token or a name
+    listed twice, a scope naming nothing in the tree. `file` and `line` (of the offending
+    `[[token]]` table, None for the file as a whole) say where."""
+
+    code = "invalid_tokens"
+
+    def __init__(self, file: str, line: int | None, detail: str) -> None:
+        where = file if line is None else f"{file}:{line}"
+        PoolError.__init__(self, f"{where}: {detail}")
+        self.field = file
+        self.file = file
+        self.line = line
+
+
 class AttributionRefused(PoolError):
     """A device total could not be divided: no occupants, or no weight (standard §2.5)."""
 

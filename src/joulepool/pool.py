@@ -21,13 +21,14 @@ from pathlib import Path
 
 from joulepool.admission import Admit, Verdict, decide
 from joulepool.claim import Claim
+from joulepool.claim_id import check_admitted_id
 from joulepool.errors import ClaimError, InvalidInput, PoolError, StoreError
 from joulepool.estimate import Declined, Derived, derive_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
 from joulepool.ledger.cose import open_envelope
-from joulepool.ledger.entry import event_of, seal_entry
+from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import replay
@@ -323,8 +324,9 @@ class Pool:
         at_ms = self._clock()
         if req.claim is not None:
             claim = req.claim
+            check_admitted_id(claim.id, claim.entitlement, self.tree)
             if state.knows(claim.id):
-                raise ClaimError("claim_exists", f"claim {claim.id!r} was admitted before")
+                raise ClaimError("claim_exists", f"claim {brief(claim.id)} was admitted before")
             verdict = decide(self.tree, state.usage, claim)
             if not isinstance(verdict, Admit):
                 req.result = Decision(claim.id, verdict)
@@ -343,10 +345,12 @@ class Pool:
         else:
             assert req.actual is not None
             if state.closed_claim(req.claim_id) is not None:
-                raise ClaimError("already_released", f"claim {req.claim_id!r} was released already")
+                raise ClaimError(
+                    "already_released", f"claim {brief(req.claim_id)} was released already"
+                )
             if state.open_claim(req.claim_id) is None:
                 raise ClaimError(
-                    "unknown_claim", f"the ledger never admitted claim {req.claim_id!r}"
+                    "unknown_claim", f"the ledger never admitted claim {brief(req.claim_id)}"
                 )
             event = Released(req.claim_id, req.actual, at_ms)
             req.result = Release(req.claim_id, state.length, req.actual)
@@ -356,10 +360,25 @@ class Pool:
         self._replayer.extend(raw, event)
         return raw
 
-    def reload(self, tree: Tree) -> None:
-        """Put a changed tree in force; the ledger and its usage are kept (§6.1)."""
+    def reload(
+        self,
+        tree: Tree,
+        *,
+        idle_policy: IdlePolicy | None = None,
+        required_evidence: int | None = None,
+        before: Callable[[], None] | None = None,
+    ) -> None:
+        """Put a changed tree (and idle policy, evidence count) in force; the ledger and its
+        usage are kept (§6.1). `before` runs first, under the commit lock, so no decision
+        falls between it and the change; if it raises, nothing changes."""
         with self._commit_lock:
+            if before is not None:
+                before()
             self.state.rebind(tree)
+            if idle_policy is not None:
+                self.idle_policy = idle_policy
+            if required_evidence is not None:
+                self.required_evidence = required_evidence
 
     def entries(self, start: int = 0) -> Iterator[bytes]:
         """The ledger's entries from `start`, as stored."""

@@ -15,9 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from joulepool.deployment import KEY, LEDGER, PUBLIC_KEY, TOKENS
+from joulepool.deployment import KEY, LEDGER, PUBLIC_KEY
 from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
-from joulepool.service.tokens import add_token
 from tests.reliability.support import Figures, claim
 from tests.servers import Deployment, Serve, pool_cli, start_serve
 
@@ -48,9 +47,7 @@ def test_a_secret_key_readable_by_others_is_refused(tmp_path: Path, mode: int) -
 def nested(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, Serve]]:
     """The example tree (research > vision, language, robotics) with a token per node."""
     deployment = Deployment.create(tmp_path_factory.mktemp("tokens") / "d")
-    deployment.tenants["research"] = add_token(
-        deployment.folder / TOKENS, "research", "tenant:research"
-    )
+    deployment.tenants["research"] = deployment.add_token("research", "tenant:research")
     serve = start_serve(deployment.folder)
     with serve.client(deployment.operator) as ops:
         for team in ("vision", "language", "robotics"):

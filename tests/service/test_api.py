@@ -241,14 +241,15 @@ def test_pure_decisions_over_http(server: Serve, deployment: Deployment) -> None
         assert idle["verdicts"]["w"]["reason"] == "unconfigured"  # the deployment's own policy
 
 
-def test_probes_and_metrics(server: Serve) -> None:
+def test_probes_and_metrics(server: Serve, deployment: Deployment) -> None:
+    with server.client(deployment.operator) as ops:
+        text = ops.get("/metrics").text
+    assert "pool_verdicts_total" in text and 'pool_spent_microjoules{entitlement="vision"}' in text
+    assert "pool_fsyncs_total" in text
     with server.client(None) as anyone:
         assert anyone.get("/healthz").json() == {"status": "ok"}
         assert anyone.get("/readyz").json()["status"] == "ready"
-        text = anyone.get("/metrics").text
-        assert (
-            "pool_verdicts_total" in text and 'pool_spent_microjoules{entitlement="vision"}' in text
-        )
-        assert "pool_fsyncs_total" in text
+        assert anyone.get("/metrics").status_code == 401  # API.md, Additions
         assert anyone.get("/openapi.json").json()["paths"]["/v1/claims"]
-        assert anyone.get("/no/such/path").json()["error"] == "not_found"
+    with server.client(deployment.operator) as ops:
+        assert ops.get("/no/such/path").json()["error"] == "not_found"

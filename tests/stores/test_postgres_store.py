@@ -18,11 +18,14 @@ from joulepool.errors import StoreError
 from joulepool.stores.export import export_ledger
 from joulepool.stores.postgres import (
     CommitOutcomeUnknown,
+    ConfigMismatch,
+    LedgerFenced,
     LedgerLockTimeout,
     LedgerMoved,
     LedgerTruncated,
     PostgresStore,
     PostgresUnavailable,
+    StatementTimeout,
     lock_key,
 )
 from tests.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
@@ -587,3 +590,143 @@ def test_s6_1_a_database_from_before_the_record_gains_its_table(
         append(store, [item(0), item(1)])
         high = store.high_water()
         assert high is not None and high.length == 2
+
+
+# -- bounded waits, fencing, one configuration, the readiness probe (issue 14) -----------------
+
+
+def test_every_session_bounds_its_waits(pg_dsn: str, pg_ledger: str) -> None:
+    with PostgresStore(
+        pg_dsn,
+        ledger=pg_ledger,
+        lock_timeout_s=8,
+        statement_timeout_s=2.5,
+        idle_in_transaction_s=5,
+    ) as store:
+        append(store, [item(0)])
+        store.probe()
+        for link in (store._reader, store._writer, store._prober):
+            assert link.conn is not None
+            shown = [
+                link.conn.execute(f"SHOW {name}").fetchall()[0][0]
+                for name in (
+                    "lock_timeout",
+                    "statement_timeout",
+                    "idle_in_transaction_session_timeout",
+                )
+            ]
+            assert shown == ["8s", "2500ms", "5s"]
+
+
+def test_a_statement_past_its_timeout_is_a_typed_error(pg_dsn: str, pg_ledger: str) -> None:
+    with PostgresStore(pg_dsn, ledger=pg_ledger, statement_timeout_s=0.3) as store:
+        began = time.monotonic()
+        with pytest.raises(StatementTimeout, match=r"longer than 0\.3 s"):
+            store._read_rows("sleeping", "SELECT pg_sleep(3)", (), binary=False)
+        assert time.monotonic() - began < 2
+        append(store, [item(0)])  # the connection is still good
+
+
+def test_a_section_frozen_past_the_idle_timeout_is_fenced_and_writes_nothing(
+    pg_dsn: str, pg_ledger: str
+) -> None:
+    with (
+        PostgresStore(pg_dsn, ledger=pg_ledger, idle_in_transaction_s=1) as frozen,
+        PostgresStore(pg_dsn, ledger=pg_ledger, lock_timeout_s=5) as other,
+    ):
+        append(frozen, [item(0)])
+        waited: list[float] = []
+
+        def meanwhile() -> None:
+            began = time.monotonic()
+            append(other, [item("other")])
+            waited.append(time.monotonic() - began)
+
+        with pytest.raises(LedgerFenced, match="nothing was written"), frozen.writing() as w:
+            assert w.unseen(1) == []
+            t = threading.Thread(target=meanwhile)
+            t.start()
+            time.sleep(2.0)  # frozen with the lock, past idle_in_transaction_s
+            t.join(timeout=10)
+            w.append([item("never")])
+        # The other replica waited about the idle timeout, not its whole lock timeout.
+        assert len(waited) == 1 and waited[0] < 2.5, waited
+        # The fenced one catches up on its next section and goes on.
+        with frozen.writing() as w:
+            assert w.unseen(1) == [item("other")]
+            w.append([item(2)])
+        assert list(other.entries()) == [item(0), item("other"), item(2)]
+
+
+def test_a_commit_after_the_session_was_fenced_is_refused_not_unknown(
+    pg_dsn: str, pg_ledger: str
+) -> None:
+    with PostgresStore(pg_dsn, ledger=pg_ledger, idle_in_transaction_s=1) as store:
+        with pytest.raises(LedgerFenced, match="committing 1 entry"), store.writing() as w:
+            conn = w._conn
+            assert conn is not None
+            execute = conn.execute
+
+            def frozen_before_commit(query: object, *args: object, **kw: object) -> object:
+                if query == "COMMIT":
+                    time.sleep(2.0)  # the replica stalls between its insert and its COMMIT
+                return execute(query, *args, **kw)  # type: ignore[call-overload]
+
+            conn.execute = frozen_before_commit  # type: ignore[method-assign, assignment]
+            w.append([item(0)])
+        assert len(store) == 0
+        append(store, [item(1)])
+        assert list(store.entries()) == [item(1)]
+
+
+def test_replicas_with_different_configurations_refuse_until_one_is_adopted(
+    pg_dsn: str, pg_ledger: str
+) -> None:
+    x, y = bytes([1]) * 32, bytes([2]) * 32
+    with (
+        PostgresStore(pg_dsn, ledger=pg_ledger, config_digest=x) as a,
+        PostgresStore(pg_dsn, ledger=pg_ledger, config_digest=y) as b,
+        PostgresStore(pg_dsn, ledger=pg_ledger) as unchecked,
+    ):
+        assert a.recorded_config() is None
+        append(a, [item(0)])  # the first section records its digest
+        recorded = a.recorded_config()
+        assert recorded is not None and recorded.digest == x and "pid" in recorded.by
+        with pytest.raises(ConfigMismatch) as caught, b.writing():
+            pass
+        assert x.hex() in str(caught.value) and y.hex() in str(caught.value)
+        assert (caught.value.mine, caught.value.recorded.digest) == (y, x)
+        assert b.probe().recorded == recorded
+        assert b.probe().length == 1
+        append(unchecked, [item(1)])  # tools that decide nothing (ledger commands) check nothing
+        # An explicit adoption, under the lock: from its commit on, x decides nothing.
+        b.adopt_config(y)
+        append(b, [item(2)])
+        with pytest.raises(ConfigMismatch, match="nothing was written"), a.writing() as w:
+            w.append([item("never")])
+        with pytest.raises(ConfigMismatch):
+            a.agree_config()
+        assert list(unchecked.entries()) == [item(0), item(1), item(2)]
+
+
+def test_a_readiness_probe_is_bounded_when_the_network_says_nothing(
+    pg_proxy: FaultProxy, pg_ledger: str
+) -> None:
+    with PostgresStore(pg_proxy.dsn(), ledger=pg_ledger) as store:
+        assert store.probe().length == 0
+        store._prober.drop()
+        pg_proxy.silent = True  # new connections are accepted and never answered
+        for _ in range(3):
+            began = time.monotonic()
+            with pytest.raises(PostgresUnavailable, match="readiness probe"):
+                store.probe(timeout_s=0.5)
+            assert time.monotonic() - began < 1.5
+        pg_proxy.silent = False
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                assert store.probe().length == 0
+                break
+            except PostgresUnavailable:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)

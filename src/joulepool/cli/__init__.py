@@ -76,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except PoolError as exc:
-        print(f"pool: {exc.code}: {exc}", file=sys.stderr)
+        from joulepool.cli.output import terminal_safe
+
+        print(f"pool: {exc.code}: {terminal_safe(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("pool: interrupted", file=sys.stderr)

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from joulepool.claim_id import printable
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -17,10 +19,28 @@ def console(*, markup: bool = False) -> Console:
 
     Markup is off unless asked for: figures, names and reasons are data, and rich would
     read a bracketed word in one (`pip install 'joulepool[nvml]'`) as a style and drop it.
+    Text is printed with its unprintable characters escaped (`terminal_safe`).
     """
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True, markup=markup)
+    class SafeConsole(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            super().print(
+                *(terminal_safe(o) if isinstance(o, str) else o for o in objects), **kwargs
+            )
+
+    return SafeConsole(highlight=False, soft_wrap=True, markup=markup)
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every unprintable character but the newline escaped (API.md, claim ids).
+
+    Ids, classes and names come from tenants and from ledgers this version did not write:
+    a terminal must show an escape sequence, NUL or U+202E in one, not obey it.
+    """
+    if text.isprintable():
+        return text
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def print_json(data: Any) -> None:
@@ -50,7 +70,7 @@ def table(
     for name in columns:
         t.add_column(name, justify="right" if name in right else "left")
     for row in rows:
-        t.add_row(*("-" if v is None else str(v) for v in row))
+        t.add_row(*("-" if v is None else terminal_safe(str(v)) for v in row))
     return t
 
 

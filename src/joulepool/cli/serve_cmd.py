@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import logging.config
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +17,46 @@ from joulepool.cli.output import add_json, emit
 DEFAULT_PORT = 7460
 
 
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type: a positive number of `kind`, refused with the value it got."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < value < float("inf"):  # also refuses nan
+            raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number")
+        return value
+
+    return parse
+
+
 def build_service(
-    folder: Path, postgres: str | None, replay_workers: int, ledger: str | None = None
+    folder: Path,
+    postgres: str | None,
+    replay_workers: int,
+    ledger: str | None = None,
+    waits: dict[str, float] | None = None,
 ) -> Any:
     """The service for a deployment folder, its ledger on file or on PostgreSQL.
 
     In PostgreSQL the ledger is named `ledger`, by default the steward's identifier, so
-    several deployments can share one database.
+    several deployments can share one database; `waits` bounds its waits (`PostgresStore`'s
+    `lock_timeout_s`, `statement_timeout_s`, `idle_in_transaction_s`), and the replicas
+    must agree on pool.toml (its digest is checked in every append). A ledger file's lock
+    is taken here, before replay: a second `pool serve` on the folder is refused at once
+    (`LedgerLocked`, naming the pid that holds it), never left unready for ever.
     """
-    from joulepool.deployment import CONFIG, KEY, LEDGER, TOKENS, WITNESSES, read_config
+    from joulepool.deployment import (
+        CONFIG,
+        KEY,
+        LEDGER,
+        TOKENS,
+        WITNESSES,
+        config_digest,
+        read_config,
+    )
     from joulepool.errors import PoolError
     from joulepool.ledger.keys import load_key_file
     from joulepool.pool import Pool
@@ -34,7 +68,15 @@ def build_service(
     key = load_key_file(folder / KEY, require_secret=True)
     if key.kid != config.steward:
         raise PoolError(f"{folder / KEY}: kid {key.kid!r} is not the steward {config.steward!r}")
-    tokens = TokenBook(read_tokens(folder / TOKENS))
+    # Scopes are checked against the tree being served: a token naming an entitlement it
+    # does not have refuses the start (API.md, Tokens).
+    tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
+    digest = config_digest(config.tree, config.idle, config.required_evidence)
+    held: Any = None
+    if not postgres:
+        from joulepool.stores.file import LedgerLock
+
+        held = LedgerLock(folder / LEDGER)
 
     def opener() -> Pool:
         # Kept receipts are read at each start: a ledger shorter than one is refused (§6.1).
@@ -43,13 +85,26 @@ def build_service(
             print(f"pool serve: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
         store: Any
         if postgres:
-            from joulepool.stores.postgres import PostgresStore
+            from joulepool.stores.postgres import (
+                IDLE_IN_TRANSACTION_S,
+                LOCK_TIMEOUT_S,
+                STATEMENT_TIMEOUT_S,
+                PostgresStore,
+            )
 
-            store = PostgresStore(postgres, ledger=ledger or config.steward)
+            waited = waits or {}
+            store = PostgresStore(
+                postgres,
+                ledger=ledger or config.steward,
+                config_digest=digest,
+                lock_timeout_s=waited.get("lock_timeout_s", LOCK_TIMEOUT_S),
+                statement_timeout_s=waited.get("statement_timeout_s", STATEMENT_TIMEOUT_S),
+                idle_in_transaction_s=waited.get("idle_in_transaction_s", IDLE_IN_TRANSACTION_S),
+            )
         else:
             from joulepool.stores.file import FileStore
 
-            store = FileStore(folder / LEDGER)
+            store = FileStore(folder / LEDGER, lock=held)
         try:
             return Pool(
                 config.tree,
@@ -64,7 +119,7 @@ def build_service(
             store.close()
             raise
 
-    return Service(opener, tokens, folder / WITNESSES)
+    return Service(opener, tokens, folder / WITNESSES, config_digest=digest)
 
 
 def _tune_collector(service: Any) -> None:
@@ -95,27 +150,59 @@ def _serve(args: argparse.Namespace) -> int:
     from joulepool.deployment import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput, PoolError
     from joulepool.service.app import create_app
+    from joulepool.service.connections import bounded_protocol
+    from joulepool.service.limits import (
+        ConnectionLimits,
+        Limits,
+        connection_cap,
+        raise_descriptor_limit,
+    )
     from joulepool.service.tokens import TokenBook, read_tokens
 
     folder = Path(args.dir)
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
-    service = build_service(folder, args.postgres, args.replay_workers, args.ledger)
+    log_config = _log_config(args.log_level)
+    logging.config.dictConfig(log_config)
+    waits = {
+        "lock_timeout_s": args.pg_lock_timeout_s,
+        "statement_timeout_s": args.pg_statement_timeout_s,
+        "idle_in_transaction_s": args.pg_idle_in_transaction_s,
+    }
+    try:
+        service = build_service(folder, args.postgres, args.replay_workers, args.ledger, waits)
+    except PoolError as exc:
+        # Every refusal to start is logged, and the process exits non-zero (no traceback).
+        logging.getLogger("joulepool.serve").error("refusing to start: %s: %s", exc.code, exc)
+        return 1
     _tune_collector(service)
-    app = create_app(service)
+    limits = Limits(args.max_body_bytes, args.body_timeout_s)
+    descriptors = raise_descriptor_limit()
+    connections = ConnectionLimits(
+        connection_cap(args.max_connections, descriptors),
+        args.header_timeout_s,
+        args.max_header_bytes,
+    )
+    app = create_app(service, limits=limits)
 
     def reload(_signum: int, _frame: object) -> None:
         # A changed tree or token list takes effect; a broken one is refused and the old stays.
+        # The tokens are checked against the new tree, so a tree that drops an entitlement a
+        # token names refuses the reload as a whole (API.md, Tokens).
         try:
-            tree = read_config(folder / CONFIG).tree
-            tokens = TokenBook(read_tokens(folder / TOKENS))
+            config = read_config(folder / CONFIG)
+            tree = config.tree
+            tokens = TokenBook(read_tokens(folder / TOKENS, tree))
+            # The tree, idle policy and evidence count; on PostgreSQL a changed pool.toml is
+            # recorded for every replica in the same step (docs/reliability.md).
+            service.reload(tree, config.idle, config.required_evidence)
         except PoolError as exc:
             print(
-                f"pool serve: reload refused, keeping the old configuration: {exc}", file=sys.stderr
+                f"pool serve: error: reload refused, keeping the old configuration: {exc}",
+                file=sys.stderr,
+                flush=True,
             )
             return
-        if service.pool is not None:
-            service.pool.reload(tree)
         service.tokens = tokens
         print("pool serve: configuration reloaded", file=sys.stderr)
 
@@ -123,7 +210,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "::1", "localhost"):
         print(f"pool serve: listening on {args.host}, beyond loopback", file=sys.stderr)
     print(
-        f"pool serve: {folder} on http://{args.host}:{args.port} (pid {os.getpid()})",
+        f"pool serve: {folder} on http://{args.host}:{args.port} (pid {os.getpid()}); "
+        f"at most {connections.max_connections} connections, bodies of "
+        f"{limits.max_body_bytes} bytes, headers within {connections.header_timeout_s:g} s",
         file=sys.stderr,
         flush=True,
     )
@@ -131,25 +220,50 @@ def _serve(args: argparse.Namespace) -> int:
         app,
         host=args.host,
         port=args.port,
+        http=bounded_protocol(connections),
         log_level=args.log_level,
+        log_config=log_config,
         access_log=False,
+        timeout_keep_alive=args.idle_timeout_s,
+        # X-Forwarded-For from any loopback peer would set the client's address: at a
+        # trust boundary the address is the socket's.
+        proxy_headers=False,
         timeout_graceful_shutdown=5,
+        # The bridge, the dashboard and the CLI reuse connections; uvicorn's own per-request
+        # cap would answer 503 where the cap above already bounds what is held.
+        limit_concurrency=None,
     )
     return 0
+
+
+def _log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging configuration, with the `joulepool` loggers on its handler, so
+    refusals and store failures show in the same log, at `level` and above."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config: dict[str, Any] = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["joulepool"] = {
+        "handlers": ["default"],
+        "level": level.upper(),
+        "propagate": False,
+    }
+    return config
 
 
 def _token_add(args: argparse.Namespace) -> int:
     from joulepool.deployment import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput
-    from joulepool.service.tokens import TENANT_PREFIX, add_token
+    from joulepool.service.tokens import add_token, scope_problem
 
     folder = Path(args.dir)
-    if args.scope.startswith(TENANT_PREFIX):
-        tenant = args.scope[len(TENANT_PREFIX) :]
-        if tenant not in read_config(folder / CONFIG).tree:
-            raise InvalidInput("--scope", f"no entitlement {tenant!r} in {folder / CONFIG}")
+    tree = read_config(folder / CONFIG).tree
+    problem = scope_problem(args.scope, tree)
+    if problem is not None:
+        raise InvalidInput("--scope", f"{problem} (tree: {folder / CONFIG})")
     name = args.name or args.scope.replace(":", "-")
-    token = add_token(folder / TOKENS, name, args.scope)
+    token = add_token(folder / TOKENS, name, args.scope, tree)
     emit(args, {"name": name, "scope": args.scope, "token": token}, lambda c: c.print(token))
     return 0
 
@@ -164,9 +278,72 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--ledger", metavar="NAME", help="the ledger's name in PostgreSQL (the steward's id)"
     )
+    from joulepool.stores import PG_IDLE_IN_TRANSACTION_S, PG_LOCK_TIMEOUT_S, PG_STATEMENT_TIMEOUT_S
+
+    p.add_argument(
+        "--pg-lock-timeout-s",
+        type=_positive(float),
+        default=PG_LOCK_TIMEOUT_S,
+        help="seconds to wait for another replica's ledger lock; then 503 "
+        f"ledger_lock_timeout ({PG_LOCK_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--pg-statement-timeout-s",
+        type=_positive(float),
+        default=PG_STATEMENT_TIMEOUT_S,
+        help=f"seconds one PostgreSQL statement may run ({PG_STATEMENT_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--pg-idle-in-transaction-s",
+        type=_positive(float),
+        default=PG_IDLE_IN_TRANSACTION_S,
+        help="seconds a replica may hold the ledger's lock idle (frozen) before PostgreSQL "
+        f"ends its session and the others go on ({PG_IDLE_IN_TRANSACTION_S:g})",
+    )
     p.add_argument("--replay-workers", type=int, default=1, help="processes verifying at start-up")
     p.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    from joulepool.service.limits import RESERVED_DESCRIPTORS, ConnectionLimits, Limits
+
+    limits, connections = Limits(), ConnectionLimits()
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive(int),
+        default=limits.max_body_bytes,
+        help=f"largest request body; larger is 413 ({limits.max_body_bytes})",
+    )
+    p.add_argument(
+        "--body-timeout-s",
+        type=_positive(float),
+        default=limits.body_timeout_s,
+        help=f"seconds a body may take to arrive; slower is 408 ({limits.body_timeout_s:g})",
+    )
+    p.add_argument(
+        "--header-timeout-s",
+        type=_positive(float),
+        default=connections.header_timeout_s,
+        help=f"seconds a request's headers may take; slower is 408 "
+        f"({connections.header_timeout_s:g})",
+    )
+    p.add_argument(
+        "--max-header-bytes",
+        type=_positive(int),
+        default=connections.max_header_bytes,
+        help=f"largest request line and headers; larger is 431 ({connections.max_header_bytes})",
+    )
+    p.add_argument(
+        "--idle-timeout-s",
+        type=_positive(int),
+        default=5,
+        help="seconds an idle kept-alive connection stays open (5)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_positive(int),
+        default=connections.max_connections,
+        help=f"connections held at once, at most the descriptor limit less "
+        f"{RESERVED_DESCRIPTORS} ({connections.max_connections})",
     )
     p.set_defaults(handler=_serve)
 
@@ -174,7 +351,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tsub = t.add_subparsers(dest="token_command", metavar="SUBCOMMAND", required=True)
     a = tsub.add_parser("add", help="create a token, print it once, store only its hash")
     a.add_argument("dir", metavar="DIR")
-    a.add_argument("--scope", required=True, help="'operator' or 'tenant:<entitlement id>'")
+    a.add_argument(
+        "--scope",
+        required=True,
+        help="'operator', 'metrics' (reads /metrics only) or 'tenant:<entitlement id>'",
+    )
     a.add_argument("--name", help="a name for the token (default: from the scope)")
     add_json(a)
     a.set_defaults(handler=_token_add)

@@ -8,7 +8,8 @@ pool, so concurrent submissions meet in `Pool`'s group commit and share one fsyn
 
 from __future__ import annotations
 
-import sys
+import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -17,26 +18,92 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from joulepool.admission import Admit
 from joulepool.claim import Claim
+from joulepool.claim_id import check_claim_id, lookup_ids, namespaced, shown_id
 from joulepool.errors import ClaimError, InvalidInput, LedgerRefused, PoolError, StoreError
 from joulepool.execute import idle_policy_from_json, run_case
-from joulepool.grade import Energy
+from joulepool.grade import Energy, Grade
+from joulepool.idle import IdlePolicy
+from joulepool.ledger.entry import brief as brief_id
 from joulepool.ledger.witness import Attestation, verified_statement
 from joulepool.pool import Pool
 from joulepool.service import models as m
+from joulepool.service.apidocs import api_reference
+from joulepool.service.boundary import Boundary, principal_of
 from joulepool.service.committer import Committer
+from joulepool.service.limits import Limits
 from joulepool.service.metrics import Metrics
 from joulepool.service.tokens import Principal, TokenBook
+from joulepool.tree import Tree
 from joulepool.witnesses import attestation, keep_receipt, load_receipts
 
 CBOR_SEQ = "application/cbor-seq"
 MAX_ENTRIES_PER_READ = 100_000
+PARSE_OFF_LOOP_BYTES = 65_536
+"""A JSON body longer than this is parsed in a worker thread, not on the event loop."""
+
+
+class ParseOffLoop(APIRoute):
+    """A route whose large JSON body is parsed and validated off the event loop.
+
+    FastAPI parses and validates a body on the loop, where a megabyte of JSON holds every
+    other request, probes included, for a tenth of a second (17 MiB: seconds). A body past
+    `PARSE_OFF_LOOP_BYTES` is parsed and validated here, in a worker thread, and the
+    validated model is left where `Request.json()` looks first: FastAPI's own validation
+    then takes the instance as it is, without a second pass.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        """FastAPI's handler, preceded by the off-loop parse of a large body."""
+        handler = super().get_route_handler()
+        field = self.body_field
+        if field is None or self.path == "/v1/claims":
+            # A claim is a flat object: within the body limit it parses in microseconds.
+            return handler
+
+        async def route(request: Request) -> Response:
+            if field is not None and is_json(request):
+                body = await request.body()
+                if len(body) > PARSE_OFF_LOOP_BYTES:
+                    value, errors = await run_in_threadpool(validated, field, body)
+                    if errors:
+                        raise RequestValidationError(errors)
+                    if value is not None:
+                        vars(request)["_json"] = value
+            response: Response = await handler(request)
+            return response
+
+        return route
+
+
+def is_json(request: Request) -> bool:
+    """Whether FastAPI will read this request's body as JSON (its content type says so)."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+def validated(field: Any, body: bytes) -> tuple[Any, list[Any]]:
+    """A body parsed and validated as FastAPI would: (model, []) or (None, its errors).
+
+    A body that is not JSON at all is left to FastAPI, which names where it fails.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None, []
+    value, errors = field.validate(data, {}, loc=("body",))
+    return value, list(errors)
 
 
 class ApiError(Exception):
@@ -49,7 +116,11 @@ class ApiError(Exception):
 
 @dataclass
 class Service:
-    """What the application serves: a pool once replay is done, the tokens, the folder."""
+    """What the application serves: a pool once replay is done, the tokens, the folder.
+
+    `config_digest` is the digest of the pool.toml this replica decides under
+    (`deployment.config_digest`); a store shared by replicas checks it in every append.
+    """
 
     opener: Callable[[], Pool]
     tokens: TokenBook
@@ -58,23 +129,133 @@ class Service:
     committer: Committer | None = None
     failure: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    config_digest: bytes | None = None
+    # The code /readyz last answered 503 with, so a change is logged once, not every probe.
+    unready: str | None = None
+    stopping: bool = False
 
     def start(self) -> None:
-        """Replay the ledger (§6.1); only then is the service ready."""
-        try:
-            pool = self.opener()
-        except PoolError as exc:
-            self.failure = f"{exc.code}: {exc}"
-            print(f"pool serve: not ready: {self.failure}", file=sys.stderr, flush=True)
+        """Replay the ledger (§6.1); only then is the service ready. A store that cannot be
+        reached (PostgreSQL down) is tried again, every few seconds, until it can."""
+        delay = 0.5
+        while True:
+            try:
+                pool = self.opener()
+            except PoolError as exc:
+                failure = f"{exc.code}: {exc}"
+                if failure != self.failure:
+                    log.error("not ready: %s", failure)
+                self.failure = failure
+                if exc.code == "store_unavailable" and not self.stopping:
+                    time.sleep(delay)
+                    delay = min(5.0, delay * 2)
+                    continue
+                return
+            except Exception as exc:
+                # Whatever went wrong, the service must say it will never be ready, not hang
+                # on "still being replayed" with the replay thread gone.
+                self.failure = f"internal_error: start-up failed: {type(exc).__name__}: {exc}"
+                log.error("not ready: %s", self.failure)
+                return
+            break
+        if self.stopping:
+            pool.close()
             return
-        except Exception as exc:
-            # Whatever went wrong, the service must say it will never be ready, not hang
-            # on "still being replayed" with the replay thread gone.
-            self.failure = f"internal_error: start-up failed: {type(exc).__name__}: {exc}"
-            print(f"pool serve: not ready: {self.failure}", file=sys.stderr, flush=True)
-            return
+        self.failure = None
         self.committer = Committer(pool)
         self.pool = pool
+        self._agree(pool)
+        log.info("ready: %s, %d entries replayed", pool.store.name, pool.length)
+
+    def _agree(self, pool: Pool) -> None:
+        """On a shared store, record this replica's configuration, or learn it differs."""
+        from joulepool.stores.postgres import PostgresStore
+
+        store = pool.store
+        if not isinstance(store, PostgresStore) or store.config_digest is None:
+            return
+        try:
+            store.agree_config()
+        except StoreError as exc:
+            # Not fatal: /readyz keeps asking, and every append checks again.
+            log.error("%s: %s", exc.code, exc)
+
+    def reload(self, tree: Tree, idle: IdlePolicy, required_evidence: int) -> None:
+        """Put a changed pool.toml in force (SIGHUP); raises `PoolError` and changes nothing
+        if it cannot. On a store shared by replicas, a pool.toml whose digest changed with
+        this reload is recorded as the one the ledger is decided under, in the same step,
+        under the commit lock: the other replicas decide nothing until they are reloaded
+        with the same file (docs/reliability.md). A reload that changes nothing here
+        records nothing, so a routine SIGHUP never overrides the other replicas."""
+        from joulepool.deployment import config_digest
+        from joulepool.stores.postgres import PostgresStore
+
+        pool = self.pool
+        if pool is None:
+            raise StoreError(
+                "the ledger is not replayed yet (or failed to start): the configuration "
+                "was not reloaded; send SIGHUP again once /readyz says ready"
+            )
+        digest = config_digest(tree, idle, required_evidence)
+        store = pool.store
+        before: Callable[[], None] | None = None
+        if isinstance(store, PostgresStore) and digest != self.config_digest:
+            shared = store
+
+            def before() -> None:
+                shared.adopt_config(digest)
+
+        old = store.config_digest if isinstance(store, PostgresStore) else None
+        try:
+            pool.reload(tree, idle_policy=idle, required_evidence=required_evidence, before=before)
+        except BaseException:
+            if isinstance(store, PostgresStore) and store.config_digest != old:
+                # Recorded, but not put in force here: decide nothing rather than decide
+                # under the old tree with the new digest.
+                store.config_digest = old
+            raise
+        if before is not None:
+            log.warning(
+                "configuration %s recorded for %s: replicas with another pool.toml decide "
+                "nothing until reloaded with this one",
+                digest.hex(),
+                store.name,
+            )
+        self.config_digest = digest
+
+    def readiness(self) -> dict[str, Any]:
+        """/readyz: ready once replayed and while the next write can be expected to
+        succeed (the disk has room; PostgreSQL answers, within a bound, and records this
+        replica's configuration). Otherwise `ApiError` 503 naming the cause, logged once."""
+        pool = self.ready_pool()
+        try:
+            length = self._check_store(pool)
+        except StoreError as exc:
+            if exc.code != self.unready:
+                log.error("not ready: %s: %s", exc.code, exc)
+                self.unready = exc.code
+            raise ApiError(503, exc.code, str(exc)) from None
+        if self.unready is not None:
+            log.warning("ready again: %s", pool.store.name)
+            self.unready = None
+        return {"status": "ready", "length": length}
+
+    def _check_store(self, pool: Pool) -> int:
+        """Raise the `StoreError` that would make the next write fail; else the length."""
+        from joulepool.stores.file import FileStore
+        from joulepool.stores.postgres import PostgresStore
+
+        store = pool.store
+        if isinstance(store, FileStore):
+            store.ready()
+            return len(store)
+        if isinstance(store, PostgresStore):
+            seen = store.probe()
+            mine = store.config_digest
+            if mine is not None and seen.recorded is not None and seen.recorded.digest != mine:
+                raise store.mismatch(seen.recorded)
+            return seen.length
+        return pool.length
 
     def ready_committer(self) -> Committer:
         """The group committer, or 503 while replay runs (or after it failed)."""
@@ -84,6 +265,7 @@ class Service:
 
     def stop(self) -> None:
         """Commit what is queued, then release the store."""
+        self.stopping = True
         if self.committer is not None:
             self.committer.close()
         if self.pool is not None:
@@ -103,6 +285,35 @@ class Service:
         return pool
 
 
+log = logging.getLogger("joulepool.serve")
+"""The service's log: `pool serve` shows the `joulepool` loggers through uvicorn's config."""
+
+
+class FailureLog:
+    """Store failures answered to clients, logged at error level, but each code at most
+    once a second (with a count of what was left out), so an outage does not flood the log."""
+
+    def __init__(self, every_s: float = 1.0) -> None:
+        self._every_s = every_s
+        self._last: dict[str, float] = {}
+        self._skipped: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, exc: PoolError) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(exc.code, -self._every_s) < self._every_s:
+                self._skipped[exc.code] = self._skipped.get(exc.code, 0) + 1
+                return
+            self._last[exc.code] = now
+            skipped = self._skipped.pop(exc.code, 0)
+        more = f" ({skipped} more like it since the last)" if skipped else ""
+        log.error("%s: %s%s", exc.code, exc, more)
+
+
+_store_failures = FailureLog()
+
+
 _CLAIM_ERRORS = {"claim_exists": 409, "unknown_claim": 404, "already_released": 409}
 
 
@@ -116,6 +327,7 @@ def _pool_error(exc: PoolError) -> JSONResponse:
     if isinstance(exc, InvalidInput):
         return _error(422, "invalid_input", str(exc))
     if isinstance(exc, StoreError | LedgerRefused):
+        _store_failures(exc)
         return _error(503, exc.code, str(exc))
     return _error(500, exc.code, str(exc))
 
@@ -128,8 +340,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(service: Service, *, replay_in_background: bool = True) -> FastAPI:
-    """The application over `service` (API.md)."""
+def create_app(
+    service: Service, *, limits: Limits | None = None, replay_in_background: bool = True
+) -> FastAPI:
+    """The application over `service` (API.md), behind its trust boundary (`Boundary`)."""
     metrics = Metrics(lambda: service.pool)
 
     @asynccontextmanager
@@ -146,7 +360,14 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         version="1",
         lifespan=lifespan,
         description="Energy-accounted admission (pool/1): verdicts, releases, usage and the signed ledger.",
+        # A redirect would be built from the client's Host header, and would repeat a POST.
+        redirect_slashes=False,
+        # The reference is served from the package: a CDN is unreachable on many clusters.
+        docs_url=None,
+        redoc_url=None,
     )
+    app.router.route_class = ParseOffLoop
+    app.add_middleware(Boundary, tokens=lambda: service.tokens, limits=limits or Limits())
     app.state.service = service
     app.state.metrics = metrics
 
@@ -181,15 +402,20 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         )
 
     # Dependencies are coroutines so FastAPI runs them on the loop, not in a worker thread.
-    async def principal(request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
-        found = service.tokens.principal(token.strip())
+    def acting(request: Request) -> Principal:
+        # `Boundary` authenticated the request before its body was read.
+        found = principal_of(request.scope)
         if found is None:
-            raise ApiError(401, "unauthorized", "unknown token")
+            raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
         return found
+
+    async def any_token(request: Request) -> Principal:
+        return acting(request)
+
+    async def principal(who: Principal = Depends(any_token)) -> Principal:
+        if who.metrics_only:
+            raise ApiError(403, "forbidden", "a metrics token reads /metrics only")
+        return who
 
     async def operator(who: Principal = Depends(principal)) -> Principal:
         if not who.operator:
@@ -202,8 +428,14 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
                 403, "forbidden", f"entitlement {entitlement!r} is outside this token's scope"
             )
 
+    counters: dict[tuple[str, str], Any] = {}
+
     def record(kind: str, reason: str) -> None:
-        metrics.verdicts.labels(kind, reason).inc()
+        # The labelled child is looked up once: `labels()` costs more than the increment.
+        counter = counters.get((kind, reason))
+        if counter is None:
+            counter = counters[kind, reason] = metrics.verdicts.labels(kind, reason)
+        counter.inc()
 
     # -- claims --------------------------------------------------------------------------
 
@@ -213,24 +445,42 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         responses={**ERRORS, 409: {"model": m.ErrorOut, "description": "claim_exists"}},
         tags=["claims"],
     )
-    async def submit(body: m.ClaimIn, who: Principal = Depends(principal)) -> Response:
+    async def submit(body: m.ClaimIn, request: Request) -> Response:
         """Decide a claim (§4); an Admit is in the ledger before this answers."""
+        # The principal is read without a dependency: this is the path every admission
+        # takes, and FastAPI's dependency machinery costs more than the lookup.
+        who = acting(request)
         committer = service.ready_committer()
         require_scope(who, committer.pool, body.entitlement)
-        claim = Claim.from_json(body.model_dump(by_alias=True, exclude_none=True))
+        claim_id = body.id
+        if who.tenant is not None:
+            # A tenant's ids live in its own namespace, so no other team can see or squat
+            # them (claim_id.py); `Pool` checks an operator's id as it records it.
+            check_claim_id(body.id, "id")
+            claim_id = namespaced(who.tenant, body.id)
+        # The model has checked every field as strictly as `Claim.from_json` would.
+        estimate = Energy(body.estimate.uj, Grade(body.estimate.grade))
+        claim = Claim(
+            claim_id,
+            body.entitlement,
+            body.gang_size,
+            body.devices_per_member,
+            estimate,
+            body.class_,
+        )
         started = time.perf_counter()
         decision = await committer.submit(claim)
         metrics.commit_seconds.observe(time.perf_counter() - started)
-        out: dict[str, Any] = {"claim": claim.id, **decision.verdict.to_json()}
+        out: dict[str, Any] = {"claim": body.id, **decision.verdict.to_json()}
         if isinstance(decision.verdict, Admit):
             out["seq"] = decision.seq
             record("admit", "")
         else:
             record(decision.verdict.verdict, decision.verdict.reason.value)
-        return JSONResponse(out)
+        return Response(msgspec.json.encode(out), media_type="application/json")
 
     @app.post(
-        "/v1/claims/{claim_id}/release",
+        "/v1/claims/{claim_id:path}/release",
         response_model=m.ReleaseOut,
         responses={**ERRORS, 404: {"model": m.ErrorOut}, 409: {"model": m.ErrorOut}},
         tags=["claims"],
@@ -247,7 +497,7 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
 
     @app.get(
-        "/v1/claims/{claim_id}",
+        "/v1/claims/{claim_id:path}",
         response_model=m.ClaimStateOut,
         responses={**ERRORS, 404: {"model": m.ErrorOut}},
         tags=["claims"],
@@ -255,15 +505,22 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
     def claim_state(claim_id: str, who: Principal = Depends(principal)) -> Response:
         """A claim's state; Queue and Deny leave no record (§6.2)."""
         pool = service.fresh_pool()
-        state = pool.claim_state(claim_id)
         # A claim the token may not see is answered exactly like one that does not exist.
-        if state is None or (
-            not who.may_act_on(pool.tree, state.admitted.entitlement) and not who.operator
-        ):
-            raise ApiError(404, "unknown_claim", f"no claim {claim_id!r}")
+        found = (pool.claim_state(i) for i in lookup_ids(who.tenant, claim_id))
+        state = next(
+            (
+                s
+                for s in found
+                if s is not None
+                and (who.operator or who.may_act_on(pool.tree, s.admitted.entitlement))
+            ),
+            None,
+        )
+        if state is None:
+            raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
         adm = state.admitted
         out: dict[str, Any] = {
-            "claim": claim_id,
+            "claim": shown_id(who.tenant, state.claim),
             "state": "running" if state.running else "released",
             "entitlement": adm.entitlement,
             "reserved": adm.reserved.to_json(),
@@ -319,8 +576,9 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         return attestation(kept, pool.steward, pool.key.public_key, length, pool.head_at)
 
     @app.get("/v1/ledger", response_model=m.LedgerOut, responses=ERRORS, tags=["ledger"])
-    def ledger(_who: Principal = Depends(principal)) -> Response:
-        """The ledger's head, length and attestation (§6.8)."""
+    def ledger(_who: Principal = Depends(operator)) -> Response:
+        """The ledger's head, length and attestation (§6.8); operators only (API.md, Tokens):
+        its length counts every tenant's admissions and releases."""
         pool = service.fresh_pool()
         length, head = pool.snapshot()
         report = attest(pool, length)
@@ -442,8 +700,9 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         responses=ERRORS,
         tags=["ledger"],
     )
-    def list_receipts(_who: Principal = Depends(principal)) -> Response:
-        """Every receipt kept."""
+    def list_receipts(_who: Principal = Depends(operator)) -> Response:
+        """Every receipt kept (§6.8); operators only (API.md, Tokens): each names a length
+        and a head of the whole ledger."""
         kept = load_receipts(service.witnesses) if service.witnesses else []
         out = []
         for k in kept:
@@ -464,6 +723,15 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
 
     # -- probes --------------------------------------------------------------------------
 
+    reference: list[str] = []
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    def docs() -> Response:
+        """The API reference, rendered here from the schema: no CDN, no script."""
+        if not reference:
+            reference.append(api_reference(app.openapi()))
+        return HTMLResponse(reference[0])
+
     @app.get("/healthz", tags=["probes"])
     def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
@@ -471,15 +739,22 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
 
     @app.get("/readyz", tags=["probes"], responses={503: {"model": m.ErrorOut}})
     def readyz() -> Response:
-        """Ready only once the ledger has been replayed (§6.1)."""
-        pool = service.ready_pool()
-        return JSONResponse({"status": "ready", "length": pool.length})
+        """Ready once the ledger has been replayed (§6.1) and while writes can succeed: 503
+        with a code naming the cause (`not_ready`, `disk_full`, `store_unavailable`,
+        `config_mismatch`, ...) otherwise."""
+        return JSONResponse(service.readiness())
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["probes"])
-    def prometheus() -> Response:
-        """Prometheus text exposition."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    @app.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        responses={401: ERRORS[401]},
+        tags=["probes"],
+    )
+    def prometheus(who: Principal = Depends(any_token)) -> Response:
+        """Prometheus text exposition; it needs a token (API.md, Additions). An operator or
+        `metrics` token reads every series; a tenant token reads its subtree's usage only."""
+        from prometheus_client import CONTENT_TYPE_LATEST
 
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(who), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -1,52 +1,78 @@
 """Bearer tokens for `pool serve`: stored as SHA-256 hashes, compared in constant time (API.md).
 
 `DIR/tokens.toml` lists `[[token]]` tables of `name`, `sha256` and `scope`, where a scope is
-`operator` or `tenant:<entitlement id>`. The token itself is printed once and never stored.
+`operator`, `metrics` (reads `/metrics` and nothing else; API.md, Additions) or
+`tenant:<entitlement id>`. The token itself is printed once and never stored.
+
+The file is a trust boundary (issue 14): it is refused as a whole, naming the file and the
+line of the offending `[[token]]` table, when other users may read or change it, when a
+token or a name is listed twice, or when a scope is anything but exactly one of those three,
+with an entitlement that is in the tree being served.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import hmac
+import os
+import re
 import secrets
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
 
-from joulepool.checks import check_text
-from joulepool.errors import InvalidInput
+from joulepool.errors import InvalidInput, InvalidTokens
 from joulepool.files import write_atomically
 from joulepool.tree import Tree
 
 OPERATOR = "operator"
+METRICS = "metrics"
 TENANT_PREFIX = "tenant:"
+_FIELDS = frozenset({"name", "sha256", "scope"})
+_HEX = frozenset("0123456789abcdef")
+_SCOPES = "a scope is exactly 'operator', 'metrics' or 'tenant:<entitlement id>'"
+# A `[[token]]` header alone on its line (TOML allows blanks inside the brackets, a quoted
+# key and a comment after it). Lines end in LF or CRLF, as tomllib counts them.
+_HEADER = re.compile(
+    r"""[ \t]*\[\[[ \t]*(?:token|"token"|'token')[ \t]*\]\][ \t]*(?:#[^\r]*)?\r?"""
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request acts as: an operator, or a tenant confined to one subtree."""
+    """Who a request acts as: an operator, a metrics scraper, or a tenant confined to one subtree."""
 
     name: str
     scope: str
 
     @property
     def operator(self) -> bool:
-        """Operators may do everything (API.md)."""
+        """Operators may do everything (API.md, Tokens)."""
         return self.scope == OPERATOR
 
     @property
+    def metrics_only(self) -> bool:
+        """A `metrics` token reads `/metrics`, all of it, and nothing else (API.md, Additions)."""
+        return self.scope == METRICS
+
+    @property
     def tenant(self) -> str | None:
-        """The entitlement at the root of a tenant's subtree; None for an operator."""
-        return None if self.operator else self.scope[len(TENANT_PREFIX) :]
+        """The entitlement at the root of a tenant's subtree; None for any other scope."""
+        if not self.scope.startswith(TENANT_PREFIX):
+            return None
+        return self.scope[len(TENANT_PREFIX) :]
 
     def may_act_on(self, tree: Tree, entitlement: str) -> bool:
-        """Whether `entitlement` is in this principal's subtree (an operator's is everything)."""
+        """Whether `entitlement` is in this principal's subtree (an operator's is everything,
+        a metrics token's nothing) (API.md, Tokens)."""
         if self.operator:
             return True
-        assert self.tenant is not None
-        return entitlement in tree and tree.is_within(entitlement, self.tenant)
+        tenant = self.tenant
+        return tenant is not None and entitlement in tree and tree.is_within(entitlement, tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,42 +84,182 @@ class TokenEntry:
     scope: str
 
 
-def check_scope(scope: str) -> str:
-    """Refuse a scope that is neither `operator` nor `tenant:<id>`."""
-    if scope == OPERATOR or (scope.startswith(TENANT_PREFIX) and len(scope) > len(TENANT_PREFIX)):
-        return scope
-    raise InvalidInput("scope", f"{scope!r} is neither 'operator' nor 'tenant:<entitlement id>'")
+def _stray(text: str) -> bool:
+    """Whether `text` has blanks at either end, or a control, format or separator character."""
+    return text != text.strip() or not text.isprintable()
 
 
-def read_tokens(path: Path) -> list[TokenEntry]:
-    """Read `tokens.toml`; a missing file is no tokens (every request is then 401)."""
-    if not path.exists():
+def scope_problem(scope: str, tree: Tree) -> str | None:
+    """Why `scope` is no scope over `tree` (API.md, Tokens), or None when it is one.
+
+    Only `operator`, `metrics` and `tenant:<id>` with `<id>` in `tree` are scopes, exactly:
+    no case folding, no blanks, no control characters.
+    """
+    if scope in (OPERATOR, METRICS):
+        return None
+    tenant = scope[len(TENANT_PREFIX) :] if scope.startswith(TENANT_PREFIX) else None
+    if tenant is not None and tenant in tree:
+        return None
+    if _stray(scope) or (tenant is not None and _stray(tenant)):
+        cleaned = "".join(c for c in scope if c.isprintable() and not c.isspace())
+        hint = f"; did you mean {cleaned!r}?" if scope_problem(cleaned, tree) is None else ""
+        return f"{scope!r} has stray characters (blanks or control characters): {_SCOPES}{hint}"
+    if tenant is None:
+        return f"{scope!r} is not a scope: {_SCOPES}"
+    if not tenant:
+        return f"{scope!r} names no entitlement: {_SCOPES}"
+    close = difflib.get_close_matches(tenant, [e.id for e in tree], n=1)
+    hint = f"; did you mean 'tenant:{close[0]}'?" if close else ""
+    return f"{scope!r} names entitlement {tenant!r}, which is not in the tree{hint}"
+
+
+def check_scope(scope: str, tree: Tree) -> str:
+    """Refuse a scope that is not exactly `operator`, `metrics` or `tenant:<id in tree>`
+    (API.md, Tokens and Additions)."""
+    problem = scope_problem(scope, tree)
+    if problem is not None:
+        raise InvalidInput("scope", problem)
+    return scope
+
+
+def _read_private(path: Path) -> str | None:
+    """The text of `path`, refused when group or others may read or write it; None if absent."""
+    where = str(path)
+    try:
+        # O_NONBLOCK: a FIFO put at this name is refused below instead of hanging the start.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InvalidTokens(where, None, f"cannot read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidTokens(where, None, "not a regular file")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            raise InvalidTokens(
+                where,
+                None,
+                f"mode {mode:04o} lets group or others read or change the tokens; "
+                f"run `chmod 600 {path}`",
+            )
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError as exc:
+        raise InvalidTokens(where, None, f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidTokens(where, None, f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+
+
+def _table_lines(text: str, count: int) -> list[int] | None:
+    """The 1-based line of each of the `count` `[[token]]` headers, in order; None where the
+    tables were not all written as `[[token]]` headers (an inline array of tables)."""
+    lines = text.split("\n")
+    found = [i for i, line in enumerate(lines) if _HEADER.fullmatch(line)]
+    if '"""' in text or "'''" in text:
+        # A header-like line may be inside a multi-line string: the text before a real
+        # header is a whole TOML document, the text before a line inside a string never is.
+        found = [i for i in found if _parses("\n".join(lines[:i]))]
+    return [i + 1 for i in found] if len(found) == count else None
+
+
+def _parses(text: str) -> bool:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
+
+
+def _entry(table: object, tree: Tree, file: str, line: int) -> TokenEntry:
+    """One `[[token]]` table, checked (API.md, Tokens)."""
+    if not isinstance(table, dict) or set(table) != _FIELDS:
+        keys = sorted(map(str, table)) if isinstance(table, dict) else []
+        extra = [k for k in keys if k not in _FIELDS]
+        missing = sorted(_FIELDS - set(keys))
+        said = f"unknown key {extra[0]!r}" if extra else f"missing {missing[0]!r}"
+        raise InvalidTokens(file, line, f"{said}: a token has exactly name, sha256 and scope")
+    name, digest, scope = table["name"], table["sha256"], table["scope"]
+    for field, value in (("name", name), ("sha256", digest), ("scope", scope)):
+        if type(value) is not str or not value:
+            raise InvalidTokens(file, line, f"{field} must be a non-empty string")
+    if _stray(name):
+        raise InvalidTokens(
+            file, line, f"name {name!r} has stray characters (blanks or control characters)"
+        )
+    if len(digest) != 64 or not set(digest) <= _HEX:
+        raise InvalidTokens(file, line, "sha256 must be 64 lowercase hex digits")
+    problem = scope_problem(scope, tree)
+    if problem is not None:
+        raise InvalidTokens(file, line, f"scope {problem}")
+    return TokenEntry(name, digest, scope)
+
+
+def read_tokens(path: Path, tree: Tree) -> list[TokenEntry]:
+    """Read `tokens.toml` and check it against `tree`, the tree being served (API.md, Tokens).
+
+    A missing file is no tokens (every request is then 401). Anything else wrong refuses
+    the file as a whole (`InvalidTokens`, naming the file and the line of the `[[token]]`
+    table at fault): a mode that lets group or others in, a sha256 or a name listed twice
+    (whatever the scopes), a scope that is not exactly `operator`, `metrics` or
+    `tenant:<id>` with `<id>` in `tree`.
+    """
+    where = str(path)
+    text = _read_private(path)
+    if text is None:
         return []
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInput(str(path), f"not valid TOML: {exc}") from None
-    if set(doc) - {"token"}:
-        raise InvalidInput(str(path), "only [[token]] tables belong here")
-    entries = []
-    for i, t in enumerate(doc.get("token", [])):
-        where = f"{path}: token[{i}]"
-        if not isinstance(t, dict) or set(t) != {"name", "sha256", "scope"}:
-            raise InvalidInput(where, "a token has exactly name, sha256 and scope")
-        digest = check_text(t["sha256"], f"{where}.sha256")
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise InvalidInput(f"{where}.sha256", "must be 64 lowercase hex digits")
-        entries.append(
-            TokenEntry(check_text(t["name"], f"{where}.name"), digest, check_scope(t["scope"]))
-        )
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidTokens(where, None, f"not valid TOML: {exc}") from None
+    extra = sorted(set(doc) - {"token"})
+    if extra:
+        raise InvalidTokens(where, None, f"{extra[0]!r}: only [[token]] tables belong here")
+    tables = doc.get("token", [])
+    lines = _table_lines(text, len(tables)) if isinstance(tables, list) else None
+    if lines is None:
+        raise InvalidTokens(where, None, "write each token as a [[token]] table of its own")
+    entries: list[TokenEntry] = []
+    digests: dict[str, int] = {}
+    names: dict[str, int] = {}
+    for table, line in zip(tables, lines, strict=True):
+        entry = _entry(table, tree, where, line)
+        if entry.sha256 in digests:
+            raise InvalidTokens(
+                where,
+                line,
+                f"this sha256 is listed already at line {digests[entry.sha256]}: a token has "
+                "one entry and one scope; remove one of them",
+            )
+        if entry.name in names:
+            raise InvalidTokens(
+                where, line, f"the name {entry.name!r} is taken already at line {names[entry.name]}"
+            )
+        digests[entry.sha256] = names[entry.name] = line
+        entries.append(entry)
     return entries
 
 
-def add_token(path: Path, name: str, scope: str) -> str:
-    """Create a random token, store its hash under `name`, and return it (shown once)."""
-    check_text(name, "name")
-    check_scope(scope)
-    entries = read_tokens(path)
+def add_token(path: Path, name: str, scope: str, tree: Tree) -> str:
+    """Create a random token, store its hash under `name`, and return it (shown once)
+    (API.md, Tokens: `pool token add DIR --scope ...`).
+
+    The file is written with mode 0600; an existing one that group or others may read, or
+    that is refused for any other reason, is refused here too and left as it is.
+    """
+    if type(name) is not str or not name or _stray(name):
+        raise InvalidInput(
+            "name", "must be non-empty, with no blanks at either end and no control characters"
+        )
+    check_scope(scope, tree)
+    entries = read_tokens(path, tree)
     if any(e.name == name for e in entries):
         raise InvalidInput("name", f"a token named {name!r} exists already")
     token = "jp_" + secrets.token_urlsafe(32)
@@ -102,12 +268,15 @@ def add_token(path: Path, name: str, scope: str) -> str:
         {"token": [{"name": e.name, "sha256": e.sha256, "scope": e.scope} for e in entries]}
     )
     header = "# Bearer tokens for `pool serve`: only their SHA-256 is stored (API.md).\n"
-    write_atomically(path, (header + text).encode("utf-8"), 0o600)
+    try:
+        write_atomically(path, (header + text).encode("utf-8"), 0o600)
+    except OSError as exc:
+        raise InvalidTokens(str(path), None, f"cannot write: {exc.strerror}") from None
     return token
 
 
 class TokenBook:
-    """The configured tokens, looked up in constant time per entry (API.md)."""
+    """The configured tokens, looked up in constant time per entry (API.md, Tokens)."""
 
     def __init__(self, entries: list[TokenEntry]) -> None:
         self._entries = [(bytes.fromhex(e.sha256), Principal(e.name, e.scope)) for e in entries]

@@ -8,6 +8,12 @@ after the last whole entry are a torn write only when they can be the start of o
 that was never acknowledged (`sequence.not_torn`); anything else is corruption at that
 entry's index. Only `recover()` truncates, and only a torn write. An append that fails (a
 full disk) is cut back to the last whole entry, so nothing already written is changed by it.
+
+The writer's lock can be taken before the file is read (`LedgerLock`), so a second writer
+is refused at once, naming the process that holds it. `ready()` says whether the next
+append can be expected to succeed, for a readiness probe: it fails (`DiskFull`) while the
+ledger's filesystem has less than `MIN_FREE_BYTES` free, and after an append found no space
+until an allocation of that append's size succeeds again (which also sees a full quota).
 """
 
 from __future__ import annotations
@@ -24,19 +30,101 @@ from pathlib import Path
 
 from joulepool.errors import DiskFull as DiskFull
 from joulepool.errors import StoreError, no_space
-from joulepool.files import fsync_dir
+from joulepool.files import fsync_dir, write_durably
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.sequence import LONGEST_SEALED, MAX_ENTRY_BYTES, Tail, not_torn, split
 from joulepool.stores.highwater import HighWaterFile, record_path
 
 CHUNK = 4 << 20
+MIN_FREE_BYTES = 64 << 10
+"""Below this much free space on the ledger's filesystem, `ready()` says the disk is full:
+room for about 200 entries, and small enough for the 256 KiB test disk to start ready."""
+PROBE_SUFFIX = ".space-probe"
 
 
 class LedgerLocked(StoreError):
-    """Another writer holds the ledger file's lock."""
+    """Another writer holds the ledger file's lock; `holder` is its pid where Linux says."""
 
     code = "ledger_locked"
+
+    def __init__(self, detail: str, holder: int | None = None) -> None:
+        super().__init__(detail)
+        self.holder = holder
+
+
+def lock_holder(fd: int) -> int | None:
+    """The pid holding a flock on the file open at `fd`, from Linux's /proc/locks; None
+    where that cannot be told (another system, or the lock went away meanwhile)."""
+    st = os.fstat(fd)
+    want = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE 1234 00:2d:5678 0 EOF"; "1: -> FLOCK ..." is a waiter.
+        fields = line.split()
+        if len(fields) < 6 or "->" in fields or fields[1] != "FLOCK":
+            continue
+        try:
+            major, minor, inode = fields[5].split(":")
+            found = (int(major, 16), int(minor, 16), int(inode))
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if found == want:
+            return pid
+    return None
+
+
+def _take_lock(fd: int, path: Path) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = lock_holder(fd)
+        who = f"pid {holder}" if holder is not None else "another process"
+        raise LedgerLocked(
+            f"{path} is locked by another writer ({who}: a running `pool serve` or `pool` "
+            "command); only one process may append to a ledger file",
+            holder,
+        ) from None
+
+
+class LedgerLock:
+    """The writer's lock on a ledger file, taken before the file is read: `pool serve`
+    takes it at start, so a second one on the same folder is refused at once (naming the
+    holder) instead of replaying in the background and never becoming ready. Handed to
+    `FileStore(path, lock=...)`, which then owns it."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise StoreError(f"{self.path}: no such ledger file") from None
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot open: {exc.strerror}") from None
+        try:
+            _take_lock(fd, self.path)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def take(self) -> int:
+        """The open, locked descriptor, for a store that from now on owns it."""
+        fd, self._fd = self._fd, -1
+        if fd < 0:
+            raise StoreError(f"{self.path}: this lock was already handed over or released")
+        return fd
+
+    def release(self) -> None:
+        """Close the descriptor unless a store took it, releasing the lock."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 class TornWrite(StoreError):
@@ -77,30 +165,37 @@ class FileStore:
     """A ledger file (DESIGN.md §4) with one locked writer, or any number of readers."""
 
     def __init__(
-        self, path: str | os.PathLike[str], *, writer: bool = True, create: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        writer: bool = True,
+        create: bool = False,
+        lock: LedgerLock | None = None,
     ) -> None:
         self.path = Path(path)
         self._writer = writer
         self._fsyncs = 0
+        # The last append that found no space, and its size, until one succeeds (`ready()`).
+        self._full: tuple[DiskFull, int] | None = None
         flags = os.O_RDWR if writer else os.O_RDONLY
         if create:
             flags |= os.O_CREAT
-        try:
-            self._fd = os.open(self.path, flags | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:
-            raise StoreError(f"{self.path}: no such ledger file") from None
-        except OSError as exc:
-            raise StoreError(f"{self.path}: cannot open: {exc.strerror}") from None
+        if lock is not None:
+            if not writer or create:
+                raise StoreError(f"{self.path}: a held lock is for opening a writer")
+            self._fd = lock.take()
+        else:
+            try:
+                self._fd = os.open(self.path, flags | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:
+                raise StoreError(f"{self.path}: no such ledger file") from None
+            except OSError as exc:
+                raise StoreError(f"{self.path}: cannot open: {exc.strerror}") from None
         self._high: HighWaterFile | None = None
         try:
             if writer:
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    raise LedgerLocked(
-                        f"{self.path} is locked by another writer (a running `pool serve` or "
-                        "`pool` command); only one process may append to a ledger file"
-                    ) from None
+                if lock is None:
+                    _take_lock(self._fd, self.path)
                 if create:
                     fsync_dir(self.path.parent)
             self._high = HighWaterFile.open(record_path(self.path), writable=writer)
@@ -266,18 +361,17 @@ class FileStore:
             return
         data = b"".join(raws)
         try:
-            written = 0
-            while written < len(data):
-                written += os.pwrite(self._fd, data[written:], self._size + written)
-            os.fdatasync(self._fd)
+            write_durably(self._fd, data, self._size)
             self._fsyncs += 1
         except OSError as exc:
             self._cut_back()
             if no_space(exc):
-                raise DiskFull(
+                full = DiskFull(
                     f"{self.path}: no space left to append {len(raws)} entr"
                     f"{'y' if len(raws) == 1 else 'ies'}; nothing was written"
-                ) from None
+                )
+                self._full = (full, len(data))
+                raise full from None
             raise StoreError(
                 f"{self.path}: append failed ({exc.strerror}); nothing was written"
             ) from None
@@ -287,15 +381,57 @@ class FileStore:
                 self._high = HighWaterFile.create(record_path(self.path), point)
             else:
                 self._high.advance(point)
-        except StoreError:
+        except StoreError as exc:
             # Nothing is acknowledged that the record does not cover: take the entries back.
             self._cut_back()
+            if isinstance(exc, DiskFull):
+                self._full = (exc, len(data))
             raise
+        self._full = None
         pos = self._size
         for raw in raws:
             self._offsets.append(pos)
             pos += len(raw)
         self._size = pos
+
+    def ready(self, min_free: int = MIN_FREE_BYTES) -> None:
+        """Raise `DiskFull` if the next append cannot be expected to succeed, for a readiness
+        probe: the ledger's filesystem has less than `min_free` bytes free, or the last
+        append found no space and an allocation of its size still fails (a quota, which
+        statvfs does not show, included). Costs one statvfs; the allocation only after a
+        failure, until it succeeds."""
+        if not self._writer:
+            raise StoreError(f"{self.path} was opened read-only")
+        folder = self.path.parent
+        try:
+            st = os.statvfs(folder)
+        except OSError as exc:
+            raise StoreError(f"{folder}: cannot check free space: {exc.strerror}") from None
+        free = st.f_bavail * st.f_frsize
+        if free < min_free:
+            raise DiskFull(
+                f"{self.path}: only {free} bytes free on its filesystem (under {min_free}); "
+                "appends would fail: free some space"
+            )
+        if self._full is None:
+            return
+        failure, size = self._full
+        probe = folder / f".{self.path.name}{PROBE_SUFFIX}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, max(size, 1))
+            finally:
+                os.close(fd)
+                os.unlink(probe)
+        except OSError as exc:
+            if no_space(exc):
+                raise DiskFull(
+                    f"{failure.detail.removesuffix('; nothing was written')}, and there is still "
+                    f"no room for those {size} bytes: free some space"
+                ) from None
+            raise StoreError(f"{folder}: cannot check free space: {exc.strerror}") from None
+        self._full = None
 
     def _cut_back(self) -> None:
         try:

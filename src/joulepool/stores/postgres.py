@@ -13,6 +13,21 @@ ledger's length, hands back the entries this replica has not seen, and appends. 
 taken before the length is read, and in READ COMMITTED every statement takes a new snapshot,
 so the length read under the lock includes everything the previous holder committed.
 
+Bounded waits (issue 14): every session sets `lock_timeout`, `statement_timeout` and
+`idle_in_transaction_session_timeout`. A replica frozen inside its transaction (SIGSTOP, a
+stalled VM, a GC pause) holds the advisory lock only until PostgreSQL ends its idle session,
+`idle_in_transaction_s` (5 s) after its last statement; the others wait for the lock at most
+`lock_timeout_s` (8 s, longer on purpose, so they get it rather than an error) and then
+append. The frozen replica is fenced: its transaction was rolled back by the server, so when
+it wakes its next statement or its COMMIT fails with SQLSTATE 25P03 (`LedgerFenced`, "nothing
+was written"), and its next section reconnects and catches up through `unseen()`.
+
+One configuration (issue 14): with `config_digest` set, every section checks, under the
+lock and in its own transaction, that the digest recorded for the ledger in
+`pool_ledger_config` is this replica's (recording it when there is none), and refuses with
+`ConfigMismatch` otherwise. Every commit is therefore made under the recorded configuration.
+`adopt_config()` replaces the record, under the same lock: an operator's explicit reload.
+
 Durability and the one guarantee that matters: a caller gets an error or a verdict whose
 entry is committed, never a verdict whose entry is not, and no entry is written twice.
 `append()` commits before it returns (the Writer contract: "on return they are committed"),
@@ -26,11 +41,15 @@ whether the entries landed, so the caller learns the truth from the ledger, not 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import os
+import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, LiteralString, TypeAlias
 
 import psycopg
@@ -39,9 +58,17 @@ from psycopg import conninfo
 from joulepool.errors import StoreError
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.rollback import HighWater
+from joulepool.stores import PG_IDLE_IN_TRANSACTION_S, PG_LOCK_TIMEOUT_S, PG_STATEMENT_TIMEOUT_S
 
 TABLE = "pool_ledger_entries"
 HIGH_WATER_TABLE = "pool_ledger_high_water"
+CONFIG_TABLE = "pool_ledger_config"
+
+LOCK_TIMEOUT_S = PG_LOCK_TIMEOUT_S
+STATEMENT_TIMEOUT_S = PG_STATEMENT_TIMEOUT_S
+IDLE_IN_TRANSACTION_S = PG_IDLE_IN_TRANSACTION_S
+PROBE_TIMEOUT_S = 2.0
+"""How long `/readyz`'s round trip to PostgreSQL may take before it counts as unavailable."""
 BATCH_BYTES = 4 << 20
 """About this many bytes of entries per query when streaming a ledger."""
 MIN_BATCH_ROWS = 64
@@ -83,6 +110,33 @@ _HAS_TABLES: LiteralString = (
     "SELECT to_regclass('pool_ledger_entries') IS NOT NULL"
     " AND to_regclass('pool_ledger_high_water') IS NOT NULL"
 )
+_HAS_ALL_TABLES: LiteralString = (
+    "SELECT to_regclass('pool_ledger_entries') IS NOT NULL"
+    " AND to_regclass('pool_ledger_high_water') IS NOT NULL"
+    " AND to_regclass('pool_ledger_config') IS NOT NULL"
+)
+_CONFIG_SCHEMA: LiteralString = """
+CREATE TABLE IF NOT EXISTS pool_ledger_config (
+    ledger text PRIMARY KEY,
+    digest bytea NOT NULL CHECK (octet_length(digest) = 32),
+    recorded_by text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+# The length and the recorded configuration in one round trip, under the lock.
+_LENGTH_AND_CONFIG: LiteralString = (
+    "SELECT (SELECT coalesce(max(seq) + 1, 0) FROM pool_ledger_entries WHERE ledger = %s),"
+    " c.digest, c.recorded_by, c.recorded_at"
+    " FROM (SELECT 1) AS one LEFT JOIN pool_ledger_config AS c ON c.ledger = %s"
+)
+_CONFIG: LiteralString = (
+    "SELECT digest, recorded_by, recorded_at FROM pool_ledger_config WHERE ledger = %s"
+)
+_RECORD_CONFIG: LiteralString = (
+    "INSERT INTO pool_ledger_config AS c (ledger, digest, recorded_by) VALUES (%s, %s, %s)"
+    " ON CONFLICT (ledger) DO UPDATE SET digest = EXCLUDED.digest,"
+    " recorded_by = EXCLUDED.recorded_by, recorded_at = now()"
+)
 # Raised, never lowered, by an append: in the append's own transaction.
 _RAISE_HIGH_WATER: LiteralString = (
     "INSERT INTO pool_ledger_high_water AS h (ledger, length, head) VALUES (%s, %s, %s)"
@@ -98,6 +152,7 @@ _HIGH_WATER: LiteralString = "SELECT length, head FROM pool_ledger_high_water WH
 _SESSION: LiteralString = (
     "SELECT set_config('synchronous_commit', 'on', false),"
     " set_config('lock_timeout', %s, false),"
+    " set_config('statement_timeout', %s, false),"
     " set_config('idle_in_transaction_session_timeout', %s, false)"
 )
 # The index (ledger, seq) answers this with one backward probe, not a count of the ledger.
@@ -110,7 +165,7 @@ _PAGE: LiteralString = (
 )
 _RANGE: LiteralString = (
     "SELECT seq, entry FROM pool_ledger_entries"
-    " WHERE ledger = %s AND seq >= %s AND seq < %s ORDER BY seq"
+    " WHERE ledger = %s AND seq >= %s AND seq < %s ORDER BY seq LIMIT %s"
 )
 _ONE: LiteralString = "SELECT entry FROM pool_ledger_entries WHERE ledger = %s AND seq = %s"
 _INSERT: LiteralString = (
@@ -125,6 +180,8 @@ _LOCK: LiteralString = "SELECT pg_advisory_xact_lock(%s)"
 
 _LOCK_NOT_AVAILABLE = "55P03"
 _UNIQUE_VIOLATION = "23505"
+_QUERY_CANCELED = "57014"
+_IDLE_IN_TRANSACTION_TIMEOUT = "25P03"
 
 _Conn: TypeAlias = psycopg.Connection[tuple[Any, ...]]
 
@@ -170,6 +227,54 @@ class LedgerLockTimeout(StoreError):
     """Another replica held the ledger's advisory lock longer than `lock_timeout_s`."""
 
     code = "ledger_lock_timeout"
+
+
+class LedgerFenced(StoreError):
+    """PostgreSQL ended this replica's session because it sat idle inside its transaction
+    (frozen, or stalled) past `idle_in_transaction_s`: the transaction was rolled back and
+    the lock released to the others, so nothing of it was written (SQLSTATE 25P03)."""
+
+    code = "ledger_fenced"
+
+
+class StatementTimeout(StoreError):
+    """A statement ran longer than `statement_timeout_s` and PostgreSQL cancelled it."""
+
+    code = "store_timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedConfig:
+    """The configuration digest recorded for a ledger, who recorded it, and when."""
+
+    digest: bytes
+    by: str
+    at: datetime.datetime | None = None
+
+    def describe(self) -> str:
+        """The digest in hex, with who recorded it and when, for messages."""
+        when = f" at {self.at.isoformat(timespec='seconds')}" if self.at is not None else ""
+        return f"{self.digest.hex()} (recorded by {self.by}{when})"
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What a readiness probe saw: the committed length, and the recorded configuration."""
+
+    length: int
+    recorded: RecordedConfig | None
+
+
+class ConfigMismatch(StoreError):
+    """This replica's configuration digest is not the one recorded for its ledger: its
+    pool.toml differs from the one the ledger is decided under, so it decides nothing."""
+
+    code = "config_mismatch"
+
+    def __init__(self, detail: str, mine: bytes, recorded: RecordedConfig) -> None:
+        super().__init__(detail)
+        self.mine = mine
+        self.recorded = recorded
 
 
 def lock_key(ledger: str) -> int:
@@ -221,6 +326,15 @@ def _answered(conn: _Conn | None, exc: psycopg.Error) -> bool:
     return not _lost(conn) and bool(state) and state[:2] not in ("57", "58")
 
 
+def _fenced(store: PostgresStore, doing: str, written: str) -> LedgerFenced:
+    return LedgerFenced(
+        f"{store.where}: this replica held the lock of ledger {store.ledger!r} idle for more "
+        f"than {store.idle_in_transaction_s:g} s (it was frozen or stalled), so PostgreSQL "
+        f"ended its session and rolled its transaction back while {doing}; {written}. It "
+        "reads the ledger again before it decides anything"
+    )
+
+
 class _Link:
     """One lazily opened connection, replaced when it breaks (a PostgreSQL restart)."""
 
@@ -255,6 +369,19 @@ class PostgresWriter:
         self._length = length
         self._in_transaction = True
         self._failed: str | None = None
+        # A record (high-water, configuration) written in the open transaction: its COMMIT
+        # at the section's end must succeed, or the caller hears of it.
+        self._wrote: str | None = None
+        # When the last statement the server answered was sent: the server has been idle in
+        # this transaction since no earlier, so a connection lost after longer than
+        # idle_in_transaction_s was, all but surely, fenced (a frozen replica).
+        self._asked_at = time.monotonic()
+
+    def _idle_past_timeout(self) -> float | None:
+        """Seconds this transaction has (at most) sat idle, if past the server's timeout."""
+        idle = time.monotonic() - self._asked_at
+        limit = self._store.idle_in_transaction_s
+        return idle if 0 < limit < idle else None
 
     @property
     def length(self) -> int:
@@ -280,16 +407,16 @@ class PostgresWriter:
         if _lost(conn):
             store._writer.drop()
             self._conn = None
+            # Before COMMIT the transaction is lost with its connection whatever happened;
+            # the session was fenced when the server said so, or when it sat idle past the
+            # timeout (libpq often loses the server's last word to a reset connection).
+            if exc.sqlstate == _IDLE_IN_TRANSACTION_TIMEOUT or self._idle_past_timeout():
+                return _fenced(store, doing, written)
             return PostgresUnavailable(
                 f"{store.where}: the connection was lost while {doing} ({_reason(exc)}); {written}"
             )
         store._rollback_quietly()
-        if exc.sqlstate == _LOCK_NOT_AVAILABLE:
-            return LedgerLockTimeout(
-                f"{store.where}: another replica held the lock of ledger {store.ledger!r} for "
-                f"more than {store.lock_timeout_s} s while {doing}; {written}"
-            )
-        return StoreError(f"{store.where}: {doing} failed ({_reason(exc)}); {written}")
+        return store._refusal(doing, exc, written)
 
     def _relock(self, conn: _Conn) -> None:
         """After an append committed, take the lock again for a further read or append."""
@@ -297,10 +424,16 @@ class PostgresWriter:
         try:
             conn.execute(_BEGIN, prepare=False)
             self._in_transaction = True
+            self._asked_at = time.monotonic()
             conn.execute(_LOCK, (store.lock_key,))
-            length = store._length_on(conn)
+            length = store._locked_length(conn)
         except psycopg.Error as exc:
             raise self._fail(f"locking ledger {store.ledger!r} again", exc) from None
+        except ConfigMismatch:
+            self._failed = "the configuration differs"
+            store._rollback_quietly()
+            self._in_transaction = False
+            raise
         if length != self._length:
             self._failed = "the ledger moved"
             store._rollback_quietly()
@@ -333,12 +466,25 @@ class PostgresWriter:
             )
         if known == self._length:
             return []
-        try:
-            with conn.cursor(binary=True) as cur:
-                rows = cur.execute(_RANGE, (store.ledger, known, self._length)).fetchall()
-        except psycopg.Error as exc:
-            raise self._fail("reading unseen entries", exc) from None
-        return _consecutive(rows, known, store, self._length)
+        # In pages, like `entries()`: each statement stays well inside statement_timeout even
+        # when this replica is far behind.
+        out: list[bytes] = []
+        nxt, limit = known, 1024
+        while nxt < self._length:
+            asked = time.monotonic()
+            try:
+                with conn.cursor(binary=True) as cur:
+                    query = (store.ledger, nxt, self._length, limit)
+                    rows = cur.execute(_RANGE, query).fetchall()
+            except psycopg.Error as exc:
+                raise self._fail("reading unseen entries", exc) from None
+            self._asked_at = asked
+            batch = _consecutive(rows, nxt, store, min(self._length, nxt + limit))
+            out.extend(batch)
+            nxt += len(batch)
+            mean = max(1, sum(len(b) for b in batch) // len(batch))
+            limit = min(MAX_BATCH_ROWS, max(MIN_BATCH_ROWS, BATCH_BYTES // mean))
+        return out
 
     def append(self, raws: Sequence[bytes]) -> None:
         """Insert `raws` at the ledger's end in one statement and COMMIT before returning (§6.1).
@@ -356,9 +502,11 @@ class PostgresWriter:
         span = f"{count} entr{'y' if count == 1 else 'ies'} at seq {first}" + (
             f"..{first + count - 1}" if count > 1 else ""
         )
+        asked = time.monotonic()
         try:
             cur = conn.execute(_INSERT, (store.ledger, first, [bytes(r) for r in raws]))
             inserted = cur.rowcount
+            self._asked_at = asked
         except psycopg.Error as exc:
             if exc.sqlstate == _UNIQUE_VIOLATION:
                 self._failed = "a duplicate seq"
@@ -379,23 +527,40 @@ class PostgresWriter:
                 f"{store.where}: inserting {span} wrote {inserted} rows; nothing was written"
             )
         point = (store.ledger, first + count, content_address(raws[-1]))
+        asked = time.monotonic()
         try:
             conn.execute(_RAISE_HIGH_WATER, point)
         except psycopg.Error as exc:
             raise self._fail(f"raising the high-water record after {span}", exc) from None
+        self._asked_at = asked
+        idle = self._idle_past_timeout()
         try:
             conn.execute("COMMIT", prepare=False)
         except psycopg.Error as exc:
             self._failed = "the commit"
             self._in_transaction = False
+            if exc.sqlstate == _IDLE_IN_TRANSACTION_TIMEOUT:
+                # The server ended the session before it read the COMMIT (PostgreSQL checks
+                # the timeout once more after reading a command, before running it).
+                store._writer.drop()
+                self._conn = None
+                raise _fenced(store, f"committing {span}", "nothing was written") from None
             if not _answered(conn, exc):
                 store._writer.drop()
                 self._conn = None
+                # Idle past the timeout, the session was almost surely fenced; but a starved
+                # server may read a COMMIT before its timer fires, so this stays unknown.
+                hint = (
+                    f" (this replica had sat idle in its transaction for {idle:.1f} s, past "
+                    f"idle_in_transaction_s, so PostgreSQL most likely ended it)"
+                    if idle is not None
+                    else ""
+                )
                 raise CommitOutcomeUnknown(
                     f"{store.where}: the connection was lost while committing {span} of ledger "
-                    f"{store.ledger!r} ({_reason(exc)}); whether they were written is unknown. "
-                    "Nothing is retried: the next writing() reads the ledger and shows whether "
-                    "they landed",
+                    f"{store.ledger!r} ({_reason(exc)}){hint}; whether they were written is "
+                    "unknown. Nothing is retried: the next writing() reads the ledger and shows "
+                    "whether they landed",
                     first,
                     count,
                 ) from None
@@ -427,6 +592,19 @@ class PostgresWriter:
             conn.execute(_SET_HIGH_WATER, (store.ledger, point.length, point.head))
         except psycopg.Error as exc:
             raise self._fail("setting the high-water record", exc) from None
+        self._wrote = "the high-water record"
+
+    def record_config(self, digest: bytes) -> None:
+        """Record `digest` as the ledger's configuration, committed when the section ends."""
+        conn = self._usable()
+        store = self._store
+        if not self._in_transaction:
+            self._relock(conn)
+        try:
+            conn.execute(_RECORD_CONFIG, (store.ledger, digest, store.recorded_by))
+        except psycopg.Error as exc:
+            raise self._fail("recording the configuration digest", exc) from None
+        self._wrote = "the configuration digest"
 
     def _finish(self, ok: bool) -> None:
         """End the section: COMMIT a read-only transaction, or roll back after an error."""
@@ -441,10 +619,16 @@ class PostgresWriter:
         try:
             conn.execute("COMMIT", prepare=False)
             store._commits += 1
-        except psycopg.Error:
-            # This transaction wrote nothing, so its end does not matter; dropping the
-            # connection releases the lock on the server and the next section reconnects.
+        except psycopg.Error as exc:
+            # Dropping the connection releases the lock on the server; the next section
+            # reconnects. A transaction that wrote no entries does not matter, unless it
+            # set a record: then the caller must not believe it was set.
             store._writer.drop()
+            if self._wrote is not None:
+                raise StoreError(
+                    f"{store.where}: committing {self._wrote} of ledger {store.ledger!r} failed "
+                    f"({_reason(exc)}); it may not be recorded"
+                ) from None
 
 
 def _consecutive(
@@ -473,8 +657,14 @@ class PostgresStore:
 
     `dsn` is a libpq connection string or URI. Two connections are opened lazily and
     reopened after a restart: one for reads (which only ever see committed entries) and one
-    for `writing()`. With `create_schema` (the default) the table is created if missing.
-    Every failure is a `StoreError` naming the server, never a psycopg exception.
+    for `writing()`; a third, for `probe()`, when a readiness probe first asks. With
+    `create_schema` (the default) the tables are created if missing. Every failure is a
+    `StoreError` naming the server, never a psycopg exception.
+
+    Waits are bounded (seconds; 0 turns one off): `lock_timeout_s` for another replica's
+    lock, `statement_timeout_s` for one statement, `idle_in_transaction_s` for a session
+    idle inside its transaction before PostgreSQL ends it (fencing a frozen replica).
+    `config_digest`, when set, is checked against the ledger's recorded one in every section.
     """
 
     def __init__(
@@ -483,8 +673,10 @@ class PostgresStore:
         *,
         ledger: str = "default",
         connect_timeout_s: int = 5,
-        lock_timeout_s: int = 30,
-        idle_in_transaction_s: int = 60,
+        lock_timeout_s: float = LOCK_TIMEOUT_S,
+        statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+        idle_in_transaction_s: float = IDLE_IN_TRANSACTION_S,
+        config_digest: bytes | None = None,
         create_schema: bool = True,
     ) -> None:
         if not isinstance(ledger, str) or not ledger:
@@ -504,17 +696,26 @@ class PostgresStore:
         self.ledger = ledger
         self.lock_key = lock_key(ledger)
         self.lock_timeout_s = lock_timeout_s
-        self._session = (
-            f"{max(0, lock_timeout_s) * 1000}",
-            f"{max(0, idle_in_transaction_s) * 1000}",
+        self.statement_timeout_s = statement_timeout_s
+        self.idle_in_transaction_s = idle_in_transaction_s
+        self._session = tuple(
+            f"{round(max(0.0, s) * 1000)}"
+            for s in (lock_timeout_s, statement_timeout_s, idle_in_transaction_s)
         )
+        if config_digest is not None and len(config_digest) != 32:
+            raise StoreError("a configuration digest is 32 bytes (SHA-256)")
+        self.config_digest = config_digest
+        self.recorded_by = f"{socket.gethostname()} pid {os.getpid()}"
         self._fsyncs = 0
         self._commits = 0
         self._connections = 0
         self._closed = False
         self._reader = _Link(self)
         self._writer = _Link(self)
+        self._prober = _Link(self)
         self._read_lock = threading.Lock()
+        self._probe_lock = threading.Lock()
+        self._probe_since: float | None = None
         # Advisory locks are re-entrant within one session, so two threads sharing this
         # store's connection would both "hold" the lock: serialise sections here as well.
         self._write_lock = threading.Lock()
@@ -558,6 +759,20 @@ class PostgresStore:
         self._connections += 1
         return conn
 
+    def _refusal(self, doing: str, exc: psycopg.Error, written: str) -> StoreError:
+        """The error for a statement the server refused (the connection still usable)."""
+        if exc.sqlstate == _LOCK_NOT_AVAILABLE:
+            return LedgerLockTimeout(
+                f"{self.where}: another replica held the lock of ledger {self.ledger!r} for "
+                f"more than {self.lock_timeout_s:g} s while {doing}; {written}"
+            )
+        if exc.sqlstate == _QUERY_CANCELED:
+            return StatementTimeout(
+                f"{self.where}: {doing} took longer than {self.statement_timeout_s:g} s and "
+                f"was cancelled ({_reason(exc)}); {written}"
+            )
+        return StoreError(f"{self.where}: {doing} failed ({_reason(exc)}); {written}")
+
     def _rollback_quietly(self) -> None:
         conn = self._writer.conn
         if conn is None:
@@ -587,11 +802,43 @@ class PostgresStore:
                         raise PostgresUnavailable(
                             f"{self.where}: the connection was lost while {doing}: {_reason(exc)}"
                         ) from None
-                    raise StoreError(f"{self.where}: {doing} failed: {_reason(exc)}") from None
+                    raise self._refusal(doing, exc, "nothing was changed") from None
 
     def _length_on(self, conn: _Conn) -> int:
         row = conn.execute(_LENGTH, (self.ledger,)).fetchone()
         return int(row[0]) if row else 0
+
+    def _locked_length(self, conn: _Conn) -> int:
+        """Under the lock: the ledger's length, once the recorded configuration is checked.
+
+        With no `config_digest` nothing is checked. With one, a ledger with no record gets
+        this replica's (in this transaction), and a different record is `ConfigMismatch`.
+        """
+        mine = self.config_digest
+        if mine is None:
+            return self._length_on(conn)
+        row = conn.execute(_LENGTH_AND_CONFIG, (self.ledger, self.ledger)).fetchone()
+        assert row is not None
+        length = int(row[0])
+        if row[1] is None:
+            conn.execute(_RECORD_CONFIG, (self.ledger, mine, self.recorded_by))
+            return length
+        recorded = RecordedConfig(bytes(row[1]), str(row[2]), row[3])
+        if recorded.digest != mine:
+            raise self.mismatch(recorded)
+        return length
+
+    def mismatch(self, recorded: RecordedConfig) -> ConfigMismatch:
+        """The refusal of a replica whose configuration is not the recorded one."""
+        mine = self.config_digest or b""
+        return ConfigMismatch(
+            f"{self.where}: ledger {self.ledger!r} is decided under configuration "
+            f"{recorded.describe()}, but this replica's pool.toml has digest {mine.hex()}: "
+            "it decides nothing until they agree (make pool.toml the same on every replica "
+            "and send SIGHUP, docs/reliability.md); nothing was written",
+            mine,
+            recorded,
+        )
 
     # -- the Store protocol ---------------------------------------------------------------
 
@@ -601,7 +848,7 @@ class PostgresStore:
             while True:
                 conn, fresh = self._reader.get()
                 try:
-                    row = conn.execute(_HAS_TABLES).fetchone()
+                    row = conn.execute(_HAS_ALL_TABLES).fetchone()
                     if row and row[0]:
                         return
                     # Two replicas creating the tables at once would collide in the catalog;
@@ -610,6 +857,7 @@ class PostgresStore:
                         conn.execute(_LOCK, (SCHEMA_LOCK_KEY,))
                         conn.execute(_SCHEMA)
                         conn.execute(_HIGH_WATER_SCHEMA)
+                        conn.execute(_CONFIG_SCHEMA)
                     return
                 except psycopg.Error as exc:
                     if _lost(conn):
@@ -696,6 +944,102 @@ class PostgresStore:
             f"{self.where}: ledger {self.ledger!r} has no entry {index}; it has {len(self)}"
         )
 
+    # -- one configuration across replicas ------------------------------------------------
+
+    def recorded_config(self) -> RecordedConfig | None:
+        """The configuration digest recorded for this ledger, or None if none is."""
+        has = self._read_rows("checking the schema", _HAS_ALL_TABLES, (), binary=False)
+        if not has[0][0]:
+            return None
+        rows = self._read_rows("reading the configuration digest", _CONFIG, (self.ledger,))
+        return RecordedConfig(bytes(rows[0][0]), str(rows[0][1]), rows[0][2]) if rows else None
+
+    def agree_config(self) -> None:
+        """Under the ledger's lock, record this replica's digest if none is, or raise
+        `ConfigMismatch` if another is (what every section does before it appends)."""
+        if self.config_digest is None:
+            return
+        with self.writing():
+            pass
+
+    def adopt_config(self, digest: bytes) -> None:
+        """Make `digest` the configuration this ledger is decided under, replacing any other,
+        under the ledger's lock; from its commit on, replicas with another digest decide
+        nothing. An operator's explicit act (`pool serve` does it on SIGHUP with a changed
+        pool.toml), never done at start."""
+        if len(digest) != 32:
+            raise StoreError("a configuration digest is 32 bytes (SHA-256)")
+        self.ensure_schema()
+        with self._write_lock:
+            conn, _ = self._begin(check_config=False)
+            writer = PostgresWriter(self, conn, 0)
+            try:
+                writer.record_config(digest)
+            except BaseException:
+                writer._finish(ok=False)
+                raise
+            writer._finish(ok=True)
+            self.config_digest = digest
+
+    def probe(self, timeout_s: float = PROBE_TIMEOUT_S) -> Probe:
+        """A bounded round trip to PostgreSQL for a readiness probe: the ledger's committed
+        length and its recorded configuration, or `PostgresUnavailable` if no answer came
+        within `timeout_s`, whatever the network does. Runs on a connection of its own, so
+        a long read or a held write lock never makes the service look down."""
+        if not self._probe_lock.acquire(blocking=False):
+            since = self._probe_since or time.monotonic()
+            raise PostgresUnavailable(
+                f"{self.where} has not answered a readiness probe for "
+                f"{time.monotonic() - since:.1f} s"
+            )
+        self._probe_since = time.monotonic()
+        result: list[Probe | BaseException] = []
+        done = threading.Event()
+
+        def ask() -> None:
+            try:
+                result.append(self._probe_once())
+            except BaseException as exc:  # handed to the waiting caller
+                result.append(exc)
+            finally:
+                if self._closed:
+                    self._prober.drop()
+                done.set()
+                self._probe_since = None
+                self._probe_lock.release()
+
+        threading.Thread(target=ask, name="postgres-probe", daemon=True).start()
+        if not done.wait(timeout_s):
+            raise PostgresUnavailable(
+                f"{self.where} did not answer a readiness probe within {timeout_s:g} s"
+            )
+        answer = result[0]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def _probe_once(self) -> Probe:
+        while True:
+            conn, fresh = self._prober.get()
+            try:
+                has = conn.execute(_HAS_ALL_TABLES).fetchone()
+                if not (has and has[0]):
+                    return Probe(self._length_on(conn), None)
+                row = conn.execute(_LENGTH_AND_CONFIG, (self.ledger, self.ledger)).fetchone()
+            except psycopg.Error as exc:
+                if _lost(conn):
+                    self._prober.drop()
+                    if not fresh:
+                        continue
+                    raise PostgresUnavailable(
+                        f"{self.where}: the connection was lost during a readiness probe: "
+                        f"{_reason(exc)}"
+                    ) from None
+                raise self._refusal("a readiness probe", exc, "nothing was changed") from None
+            assert row is not None
+            recorded = RecordedConfig(bytes(row[1]), str(row[2]), row[3]) if row[1] else None
+            return Probe(int(row[0]), recorded)
+
     @contextmanager
     def writing(self) -> Iterator[PostgresWriter]:
         """A transaction holding the ledger's advisory lock, for one decide-and-append (§6).
@@ -714,7 +1058,8 @@ class PostgresStore:
                 raise
             writer._finish(ok=True)
 
-    def _begin(self) -> tuple[_Conn, int]:
+    def _begin(self, *, check_config: bool = True) -> tuple[_Conn, int]:
+        doing = f"locking ledger {self.ledger!r}"
         while True:
             try:
                 conn, fresh = self._writer.get()
@@ -723,6 +1068,8 @@ class PostgresStore:
             try:
                 conn.execute(_BEGIN, prepare=False)
                 conn.execute(_LOCK, (self.lock_key,))
+                if check_config:
+                    return conn, self._locked_length(conn)
                 return conn, self._length_on(conn)
             except psycopg.Error as exc:
                 if _lost(conn):
@@ -730,25 +1077,26 @@ class PostgresStore:
                     if not fresh:
                         continue
                     raise PostgresUnavailable(
-                        f"{self.where}: the connection was lost while locking ledger "
-                        f"{self.ledger!r}: {_reason(exc)}; nothing was written"
+                        f"{self.where}: the connection was lost while {doing}: "
+                        f"{_reason(exc)}; nothing was written"
                     ) from None
                 self._rollback_quietly()
-                if exc.sqlstate == _LOCK_NOT_AVAILABLE:
-                    raise LedgerLockTimeout(
-                        f"{self.where}: another replica held the lock of ledger {self.ledger!r} "
-                        f"for more than {self.lock_timeout_s} s; nothing was written"
-                    ) from None
-                raise StoreError(
-                    f"{self.where}: locking ledger {self.ledger!r} failed: {_reason(exc)}; "
-                    "nothing was written"
-                ) from None
+                raise self._refusal(doing, exc, "nothing was written") from None
+            except ConfigMismatch:
+                self._rollback_quietly()
+                raise
 
     def close(self) -> None:
         """Close both connections; the server releases any lock they held."""
         self._closed = True
         self._reader.drop()
         self._writer.drop()
+        if self._probe_lock.acquire(blocking=False):
+            # A probe still waiting on the network drops its own connection when it ends.
+            try:
+                self._prober.drop()
+            finally:
+                self._probe_lock.release()
 
     def __enter__(self) -> PostgresStore:
         return self

@@ -32,6 +32,9 @@ from joulepool.errors import InvalidInput, PoolError
 
 SAFE = re.compile(r"^[A-Za-z0-9_.:@+/-]+$")
 """What an id may hold to travel in an admin comment: no spaces, no ';' or '=' (the separators)."""
+CLUSTER = re.compile(r"^[A-Za-z0-9_.:@+-]{1,64}$")
+"""A cluster name as part of a claim id: no '/' (a claim id has none, API.md), 64 at most,
+so `slurm-<cluster>-<uuid>` stays inside a claim id's 256 bytes."""
 ACCOUNT = re.compile(r"^[A-Za-z0-9_-]+$")
 """A Slurm account name as a bare TOML key (the Lua parser also takes quoted keys)."""
 MAX_TIMEOUT_MS = 900
@@ -138,8 +141,11 @@ def read_bridge_config(path: Path) -> BridgeConfig:
             f"{where}: pool.on_unreachable", 'must be "hold" (fail-closed) or "admit" (fail-open)'
         )
     cluster = pool.get("cluster", "slurm")
-    if not isinstance(cluster, str) or not SAFE.match(cluster):
-        raise BridgeConfigError(f"{where}: pool.cluster", "letters, digits and _.:@+/- only")
+    if not isinstance(cluster, str) or not CLUSTER.match(cluster):
+        raise BridgeConfigError(
+            f"{where}: pool.cluster",
+            "1 to 64 letters, digits and _.:@+- (no '/': it is in claim ids)",
+        )
     accounts = doc.get("accounts", {})
     mapping: dict[str, str] = {}
     for account, entitlement in accounts.items():

@@ -103,6 +103,10 @@ local function read_config(path)
   p.timeout = tonumber(p.timeout_ms or "500") / 1000
   p.fail_open = (p.on_unreachable == "admit")
   p.cluster = p.cluster or "slurm"
+  -- The cluster is part of every claim id, which has no '/' and at most 256 bytes (API.md).
+  if #p.cluster > 64 or not p.cluster:match("^[%w_%.:@%+%-]+$") then
+    return nil, path .. ": [pool] cluster: 1 to 64 letters, digits and _.:@+- (no '/')"
+  end
   return cfg
 end
 

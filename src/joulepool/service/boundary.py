@@ -1,0 +1,160 @@
+"""The trust boundary of `pool serve`: who is asking, and how much they may send (API.md).
+
+FastAPI reads and parses a whole body before it resolves any dependency, so a token
+checked as a dependency is checked after an anonymous client has made the service read,
+buffer and parse whatever it sent. This ASGI middleware runs first, on every request:
+
+1. the bearer token, unless the path is public: no token or an unknown one is 401
+   before a byte of the body is read, and a `metrics` token anywhere but `/metrics` 403;
+2. the declared `Content-Length`: over the limit is 413 `body_too_large` at once;
+3. the body itself, read here with a deadline and a running count, so a chunked body
+   that passes the limit, or one trickled slower than the deadline, is refused (413, 408)
+   before the application sees any of it.
+
+Every refusal closes the connection, so a client cannot go on streaming into it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from joulepool.service.limits import Limits
+from joulepool.service.tokens import Principal, TokenBook
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json"})
+"""Paths any client may read without a token: the probes and the API's own description."""
+
+METRICS_PATH = "/metrics"
+"""The one path a `metrics` token may read (API.md "Additions")."""
+
+PRINCIPAL = "principal"
+"""Where the middleware leaves the authenticated principal, in the request's state."""
+
+
+def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None (API.md "Tokens")."""
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            token = token.strip()
+            if scheme.lower() == "bearer" and token:
+                return token
+            return None
+    return None
+
+
+class Boundary:
+    """ASGI middleware: authentication before the body, then a bounded, timed body read."""
+
+    def __init__(self, app: ASGIApp, tokens: Callable[[], TokenBook], limits: Limits) -> None:
+        self.app, self.tokens, self.limits = app, tokens, limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Let a request through only once it is authenticated and its body is in hand."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        if scope["path"] not in PUBLIC_PATHS:
+            token = bearer(headers)
+            if token is None:
+                await refuse(send, 401, "unauthorized", "send Authorization: Bearer <token>")
+                return
+            who = self.tokens().principal(token)
+            if who is None:
+                await refuse(send, 401, "unauthorized", "unknown token")
+                return
+            if who.metrics_only and scope["path"] != METRICS_PATH:
+                await refuse(send, 403, "forbidden", "a metrics token reads /metrics only")
+                return
+            scope.setdefault("state", {})[PRINCIPAL] = who
+        limit = self.limits.max_body_bytes
+        declared = content_length(headers)
+        if declared is not None and declared > limit:
+            await refuse(send, 413, "body_too_large", too_large(limit, f"{declared} declared"))
+            return
+        if declared == 0 or scope["method"] in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            async with asyncio.timeout(self.limits.body_timeout_s):
+                body = await read_body(receive, limit)
+        except TimeoutError:
+            detail = f"the body did not arrive within {self.limits.body_timeout_s:g} s"
+            await refuse(send, 408, "body_timeout", detail)
+            return
+        if body is None:
+            await refuse(send, 413, "body_too_large", too_large(limit, "more sent"))
+            return
+        await self.app(scope, replay(body, receive), send)
+
+
+def principal_of(scope: Scope) -> Principal | None:
+    """The principal `Boundary` authenticated for this request, if any."""
+    state: dict[str, Any] = scope.get("state") or {}
+    found = state.get(PRINCIPAL)
+    return found if isinstance(found, Principal) else None
+
+
+def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The declared body length; None when absent (the server refuses a malformed one)."""
+    for name, value in headers:
+        if name == b"content-length":
+            text = value.decode("latin-1").strip()
+            return int(text) if text.isdigit() else None
+    return None
+
+
+async def read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it passes `limit` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks)  # the client went away; the app sees an empty body
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands the application the body already read, then the client's."""
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+def too_large(limit: int, got: str) -> str:
+    """The sentence of a 413: the limit, and what was sent."""
+    return f"a request body is at most {limit} bytes ({got}); see pool serve --max-body-bytes"
+
+
+async def refuse(send: Send, status: int, code: str, detail: str) -> None:
+    """An error answer in API.md's shape, closing the connection."""
+    body = json.dumps({"error": code, "detail": detail}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="pool"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
