@@ -57,6 +57,7 @@ def build_service(
                 store,
                 idle_policy=config.idle,
                 required_evidence=config.required_evidence,
+                period=config.period,
                 replay_workers=replay_workers,
                 acknowledged=marks,
             )
@@ -105,9 +106,10 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(service)
 
     def reload(_signum: int, _frame: object) -> None:
-        # A changed tree or token list takes effect; a broken one is refused and the old stays.
+        # A changed tree, period or token list takes effect; a broken one is refused and the
+        # old stays, whole: nothing is applied before everything has been read.
         try:
-            tree = read_config(folder / CONFIG).tree
+            config = read_config(folder / CONFIG)
             tokens = TokenBook(read_tokens(folder / TOKENS))
         except PoolError as exc:
             print(
@@ -115,7 +117,11 @@ def _serve(args: argparse.Namespace) -> int:
             )
             return
         if service.pool is not None:
-            service.pool.reload(tree)
+            try:
+                service.pool.reload(config.tree, config.period)
+            except PoolError as exc:
+                print(f"pool serve: reload refused, keeping the old one: {exc}", file=sys.stderr)
+                return
         service.tokens = tokens
         print("pool serve: configuration reloaded", file=sys.stderr)
 

@@ -221,9 +221,8 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         started = time.perf_counter()
         decision = await committer.submit(claim)
         metrics.commit_seconds.observe(time.perf_counter() - started)
-        out: dict[str, Any] = {"claim": claim.id, **decision.verdict.to_json()}
+        out = decision.to_json()
         if isinstance(decision.verdict, Admit):
-            out["seq"] = decision.seq
             record("admit", "")
         else:
             record(decision.verdict.verdict, decision.verdict.reason.value)
@@ -278,9 +277,8 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
 
     # -- entitlements --------------------------------------------------------------------
 
-    def entitlement_json(pool: Pool, node: str) -> dict[str, Any]:
-        ent = pool.tree[node]
-        return {**ent.to_json(), "usage": pool.usage_of(node).to_json(ent.guarantee_uj)}
+    def entitlement_json(pool: Pool, node: str, index: int | None = None) -> dict[str, Any]:
+        return pool.report(node, index)
 
     @app.get(
         "/v1/entitlements",
@@ -300,8 +298,17 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
         responses={**ERRORS, 404: {"model": m.ErrorOut}},
         tags=["entitlements"],
     )
-    def entitlement(entitlement: str, who: Principal = Depends(principal)) -> Response:
-        """One entitlement and its usage."""
+    def entitlement(
+        entitlement: str,
+        period: str | None = Query(None, description="a budget period, as `pool usage --period`"),
+        who: Principal = Depends(principal),
+    ) -> Response:
+        """One entitlement and its usage in the current budget period, or in `period`."""
+        pool = visible_entitlement(entitlement, who)
+        index = None if period is None else pool.schedule.parse_label(period, "period")
+        return JSONResponse(entitlement_json(pool, entitlement, index))
+
+    def visible_entitlement(entitlement: str, who: Principal) -> Pool:
         pool = service.fresh_pool()
         if entitlement not in pool.tree:
             if not who.operator:
@@ -310,7 +317,17 @@ def create_app(service: Service, *, replay_in_background: bool = True) -> FastAP
                 )
             raise ApiError(404, "unknown_entitlement", f"no entitlement {entitlement!r}")
         require_scope(who, pool, entitlement)
-        return JSONResponse(entitlement_json(pool, entitlement))
+        return pool
+
+    @app.get(
+        "/v1/entitlements/{entitlement}/periods",
+        response_model=m.PeriodsOut,
+        responses={**ERRORS, 404: {"model": m.ErrorOut}},
+        tags=["entitlements"],
+    )
+    def entitlement_periods(entitlement: str, who: Principal = Depends(principal)) -> Response:
+        """Each budget period's charged energy against the guarantee (DESIGN.md §3)."""
+        return JSONResponse(visible_entitlement(entitlement, who).history(entitlement))
 
     # -- the ledger ----------------------------------------------------------------------
 
