@@ -63,10 +63,15 @@ def test_init_admit_until_queued_release_restart_verify(tmp_path: Path) -> None:
     robotics = next(e for e in before["entitlements"] if e["id"] == "robotics")
     assert robotics["usage"] == {
         "spent_uj": 18 * MJ,
+        "charged_uj": 0,
         "reserved_uj": 18 * MJ,
+        "committed_uj": 18 * MJ,
+        "remaining_uj": 2 * MJ,
         "borrowed_uj": 0,
         "held_devices": 3,
         "running_claims": 3,
+        # pool init sets a monthly budget period (DESIGN.md §3).
+        "period": before["period"],
     }
     released = pool_json(
         "release", str(folder), "job-0", "--actual-uj", str(2 * MJ), "--grade", "HwShunt"
