@@ -1,6 +1,6 @@
 """A deployment folder: the entitlement tree, the steward's key, the ledger (DESIGN.md §5).
 
-    DIR/pool.toml        steward id, idle policy, the tree ([[entitlement]] tables)
+    DIR/pool.toml        steward id, idle policy, budget period, the tree ([[entitlement]] tables)
     DIR/steward.key      the steward's COSE_Key, secret, mode 0600
     DIR/steward.pub      its public half, for anyone who verifies the ledger
     DIR/ledger.cbor      the ledger file (the entries as a CBOR sequence)
@@ -27,6 +27,7 @@ import tomli_w
 from joulepool.checks import check_figure, check_text
 from joulepool.errors import InvalidInput, InvalidTree
 from joulepool.idle import IdlePolicy
+from joulepool.periods import NONE, Schedule
 from joulepool.tree import Entitlement, Tree
 
 CONFIG = "pool.toml"
@@ -36,18 +37,19 @@ LEDGER = "ledger.cbor"
 WITNESSES = "witnesses"
 TOKENS = "tokens.toml"
 
-_TOP_KEYS = {"pool", "idle", "entitlement"}
+_TOP_KEYS = {"pool", "idle", "period", "entitlement"}
 _POOL_KEYS = {"steward", "required_evidence"}
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """What `pool.toml` says: who the steward is, the idle policy and the tree."""
+    """What `pool.toml` says: the steward, the idle policy, the tree and the budget period."""
 
     steward: str
     tree: Tree
     idle: IdlePolicy
     required_evidence: int
+    period: Schedule = NONE
 
 
 def read_config(path: Path) -> Config:
@@ -83,12 +85,22 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
     policy = IdlePolicy(
         _optional_figure(idle, "window_us", where), _optional_figure(idle, "threshold_uw", where)
     )
-    return Config(steward, parse_tree(doc.get("entitlement"), where), policy, required)
+    period = NONE
+    if "period" in doc:
+        # Refusals name the file and the field, like the tree's (DESIGN.md §3, budget periods).
+        try:
+            period = Schedule.from_json(doc["period"], "period")
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc.field}", exc.detail.rsplit(": ", 1)[-1]) from None
+    return Config(steward, parse_tree(doc.get("entitlement"), where), policy, required, period)
 
 
-def config_digest(tree: Tree, idle: IdlePolicy, required_evidence: int) -> bytes:
+def config_digest(
+    tree: Tree, idle: IdlePolicy, required_evidence: int, period: Schedule | None = None
+) -> bytes:
     """SHA-256 of what decides in `pool.toml`: every field of every entitlement, in the
-    tree's order, the idle policy and `required_evidence`, as canonical JSON. Replicas of
+    tree's order, the idle policy, `required_evidence` and the budget period schedule
+    (DESIGN.md §3: the period decides which spending counts), as canonical JSON. Replicas of
     one PostgreSQL ledger must agree on it (docs/reliability.md); comments, key order and
     layout of the file do not change it, and neither does the steward (its key is checked
     on its own)."""
@@ -97,6 +109,7 @@ def config_digest(tree: Tree, idle: IdlePolicy, required_evidence: int) -> bytes
         "entitlements": [dataclasses.asdict(ent) for ent in tree],
         "idle": {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw},
         "required_evidence": required_evidence,
+        "period": dataclasses.asdict(period or Schedule()),
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).digest()
@@ -138,17 +151,38 @@ EXAMPLE_TREE = Tree(
 )
 """`pool init`'s tree: a department and three teams with mixed weights and one limit."""
 
+MONTHLY = Schedule("month")
+"""`pool init`'s period: guarantees renew on the 1st of each month, 00:00 UTC."""
 
-def write_config(path: Path, steward: str, tree: Tree, idle: IdlePolicy | None = None) -> None:
-    """Write `pool.toml`, refusing to overwrite one."""
+
+PERIOD_COMMENT = (
+    "# Budget period (DESIGN.md §3): each guarantee is spent within one period and renews at\n"
+    '# its end; nothing carries over. kind = "none" (one period for all time), "day", "week"\n'
+    '# (from Monday 00:00 UTC), "month" (from the 1st, 00:00 UTC), or "fixed" with length_ms\n'
+    "# and epoch_ms (periods [epoch + k*length, epoch + (k+1)*length)). Changing it regroups\n"
+    "# the ledger's history; it never changes the ledger.\n"
+)
+
+
+def write_config(
+    path: Path,
+    steward: str,
+    tree: Tree,
+    idle: IdlePolicy | None = None,
+    period: Schedule = NONE,
+) -> None:
+    """Write `pool.toml`, refusing to overwrite one; the [period] table says its choices."""
     doc: dict[str, Any] = {"pool": {"steward": steward, "required_evidence": 3}}
     if idle is not None and idle.configured:
         doc["idle"] = {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw}
     text = (
-        "# pool/1 deployment: the steward, the idle policy and the entitlement tree.\n"
+        "# pool/1 deployment: the steward, the idle policy, the budget period and the tree.\n"
         "# Figures are integers: microjoules (_uj), microseconds (_us), microwatts (_uw).\n"
         "# With no [idle] table the idle policy is unconfigured and reclaims nothing (§2.7).\n"
         + tomli_w.dumps(doc)
+        + "\n"
+        + PERIOD_COMMENT
+        + tomli_w.dumps({"period": period.to_json()})
         + "\n"
         + tree_to_toml(tree)
     )

@@ -60,3 +60,10 @@ def explain(verdict: Verdict) -> str:
     if verdict.verdict == "queue":
         return f"queued ({verdict.reason.value}): {_QUEUE[verdict.reason]}"
     return f"denied ({verdict.reason.value}): {_DENY[verdict.reason]}"
+
+
+def renewal(period_end_ms: int, noun: str) -> str:
+    """When a Queue the period's budget caused ends without any release (DESIGN.md §3)."""
+    from joulepool.periods import utc_text
+
+    return f"fits from {utc_text(period_end_ms)}, when the {noun}'s guarantee renews"

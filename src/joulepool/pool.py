@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from joulepool.admission import Admit, Verdict, decide
+from joulepool.admission import Admit, Queue, QueueReason, Verdict, decide
 from joulepool.claim import Claim
 from joulepool.claim_id import check_admitted_id
 from joulepool.errors import ClaimError, InvalidInput, PoolError, StoreError
@@ -29,10 +30,11 @@ from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
-from joulepool.ledger.fold import LedgerState
+from joulepool.ledger.fold import LedgerState, PeriodFigures
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import replay
 from joulepool.ledger.rollback import Mark
+from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
 from joulepool.tree import EntitlementUsage, Tree
 
@@ -42,13 +44,38 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+BUDGET_REASONS = frozenset(
+    {
+        QueueReason.guarantee_exhausted_may_not_borrow,
+        QueueReason.limit_reached,
+        QueueReason.surplus_insufficient,
+    }
+)
+"""Queue reasons that the period's renewal ends without any release (DESIGN.md §3)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A verdict, and for an admission the ledger index of its entry (API.md)."""
+    """A verdict, and for an admission the ledger index of its entry (API.md).
+
+    `at_ms` is the instant it was decided at (an admission's entry carries it). A Queue the
+    period's budget caused carries `period_end_ms`, when the period renews (DESIGN.md §3).
+    """
 
     claim: str
     verdict: Verdict
     seq: int | None = None
+    at_ms: int | None = None
+    period_end_ms: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """API.md's `POST /v1/claims` answer: the `decide` result, the claim, its entry."""
+        out: dict[str, object] = {"claim": self.claim, **self.verdict.to_json()}
+        if self.seq is not None:
+            out["seq"] = self.seq
+        if self.period_end_ms is not None:
+            out["period_end_ms"] = self.period_end_ms
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +139,7 @@ class Pool:
         idle_policy: IdlePolicy | None = None,
         required_evidence: int = 3,
         clock: Callable[[], int] = wall_clock_ms,
+        period: Schedule = NONE,
         replay_workers: int = 1,
         progress: Callable[[int], None] | None = None,
         acknowledged: Sequence[Mark] = (),
@@ -136,6 +164,7 @@ class Pool:
             key.kid,
             key.public_key,
             tree,
+            schedule=period,
             workers=replay_workers,
             progress=progress,
         )
@@ -190,10 +219,72 @@ class Pool:
         """The ledger's head after its first `length` entries."""
         return head_at(self.store, length)
 
-    def usage_of(self, entitlement: str) -> EntitlementUsage:
-        """One entitlement's figures: spent, reserved, held devices, running claims."""
+    @property
+    def schedule(self) -> Schedule:
+        """The budget period schedule in force (DESIGN.md §3)."""
+        return self.state.schedule
+
+    def now_ms(self) -> int:
+        """The instant a decision made now would carry: the clock, never before the last
+        entry's `at_ms`, so a clock stepping back cannot reopen a closed period (DESIGN.md §3)."""
+        return max(self._clock(), self.state.last_at_ms)
+
+    def period(self, index: int | None = None) -> Period:
+        """The period of that index, or the current one (DESIGN.md §3)."""
         with self._commit_lock:
-            return self.state.usage.of(entitlement)
+            schedule = self.state.schedule
+            return schedule.period_at(self.now_ms()) if index is None else schedule.period(index)
+
+    def usage_of(self, entitlement: str, index: int | None = None) -> EntitlementUsage:
+        """One entitlement's figures in a period (the current one by default): spent and
+        reserved there, devices held and claims running now (DESIGN.md §3, API.md).
+
+        The same figures a decision reads: every surface that reports usage comes here.
+        """
+        with self._commit_lock:
+            if index is None:
+                return self.state.current(self.now_ms()).of(entitlement)
+            return self.state.figures_in(entitlement, index)
+
+    def report(self, entitlement: str, index: int | None = None) -> dict[str, Any]:
+        """API.md's Entitlement with its `usage` in a period (the current one by default),
+        the period named in it: the one usage answer of the CLI, HTTP and metrics."""
+        with self._commit_lock:
+            ent = self.tree[entitlement]
+            if index is None:
+                index = self.state.schedule.index_at(self.now_ms())
+            period = self.state.schedule.period(index)
+            figures = self.usage_of(entitlement, index)
+            return {**ent.to_json(), "usage": figures.to_json(ent.guarantee_uj, period.to_json())}
+
+    def history(self, entitlement: str) -> dict[str, Any]:
+        """Each period's charged energy against the guarantee, oldest first (DESIGN.md §3):
+        what `pool usage --history` and `GET /v1/entitlements/{id}/periods` show."""
+        with self._commit_lock:
+            ent = self.tree.get(entitlement)
+            if ent is None:
+                raise InvalidInput("entitlement", f"no entitlement {entitlement!r} in the tree")
+            schedule = self.state.schedule
+            rows = [
+                {
+                    "label": schedule.label(fig.period.index),
+                    "period": fig.period.to_json(),
+                    "claims": fig.claims,
+                    "charged_uj": fig.charged_uj,
+                    "reserved_uj": fig.reserved_uj,
+                    "committed_uj": fig.committed_uj,
+                    "guarantee_uj": ent.guarantee_uj,
+                    "remaining_uj": max(0, ent.guarantee_uj - fig.committed_uj),
+                    "borrowed_uj": max(0, fig.committed_uj - ent.guarantee_uj),
+                }
+                for fig in self.state.periods_of(entitlement)
+            ]
+            return {"id": entitlement, "period": schedule.to_json(), "periods": rows}
+
+    def periods_of(self, entitlement: str) -> list[PeriodFigures]:
+        """Each period in which `entitlement` had claims admitted, oldest first (DESIGN.md §3)."""
+        with self._commit_lock:
+            return self.state.periods_of(entitlement)
 
     def claim_state(self, claim_id: str) -> ClaimState | None:
         """Where a claim stands, or None if the ledger never admitted it (§6.2)."""
@@ -321,15 +412,19 @@ class Pool:
 
     def _decide_one(self, req: _Request) -> bytes | None:
         state = self.state
-        at_ms = self._clock()
+        # Non-decreasing along the ledger (DESIGN.md §3): the decision and its entry share it.
+        at_ms = self.now_ms()
         if req.claim is not None:
             claim = req.claim
             check_admitted_id(claim.id, claim.entitlement, self.tree)
             if state.knows(claim.id):
                 raise ClaimError("claim_exists", f"claim {brief(claim.id)} was admitted before")
-            verdict = decide(self.tree, state.usage, claim)
+            verdict = decide(self.tree, state.current(at_ms), claim)
             if not isinstance(verdict, Admit):
-                req.result = Decision(claim.id, verdict)
+                renews = None
+                if isinstance(verdict, Queue) and verdict.reason in BUDGET_REASONS:
+                    renews = state.schedule.period_at(at_ms).end_ms
+                req.result = Decision(claim.id, verdict, None, at_ms, renews)
                 return None
             event: Event = Admitted(
                 claim=claim.id,
@@ -341,7 +436,7 @@ class Pool:
                 at_ms=at_ms,
                 class_=claim.class_,
             )
-            req.result = Decision(claim.id, verdict, state.length)
+            req.result = Decision(claim.id, verdict, state.length, at_ms)
         else:
             assert req.actual is not None
             if state.closed_claim(req.claim_id) is not None:
@@ -363,18 +458,36 @@ class Pool:
     def reload(
         self,
         tree: Tree,
+        period: Schedule | None = None,
         *,
         idle_policy: IdlePolicy | None = None,
         required_evidence: int | None = None,
         before: Callable[[], None] | None = None,
     ) -> None:
-        """Put a changed tree (and idle policy, evidence count) in force; the ledger and its
-        usage are kept (§6.1). `before` runs first, under the commit lock, so no decision
-        falls between it and the change; if it raises, nothing changes."""
+        """Put a changed tree, period schedule, idle policy and evidence count in force; the
+        ledger is kept (§6.1).
+
+        A changed schedule regroups history, never what the ledger says (DESIGN.md §3): the
+        ledger is replayed again under it, and the old state stays if that fails. `before`
+        runs next, under the commit lock, so no decision falls between it and the change;
+        if it raises, nothing changes.
+        """
         with self._commit_lock:
+            replayer = None
+            if period is not None and period != self.state.schedule:
+                replayer = replay(
+                    self.store.entries(),
+                    self.key.kid,
+                    self.key.public_key,
+                    tree,
+                    schedule=period,
+                )
             if before is not None:
                 before()
-            self.state.rebind(tree)
+            if replayer is None:
+                self.state.rebind(tree)
+            else:
+                self._replayer = replayer
             if idle_policy is not None:
                 self.idle_policy = idle_policy
             if required_evidence is not None:
@@ -418,6 +531,7 @@ def open_pool(
             store,
             idle_policy=config.idle,
             required_evidence=config.required_evidence,
+            period=config.period,
             replay_workers=replay_workers,
             progress=progress,
             acknowledged=marks,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from joulepool.checks import check_figure, check_keys
 from joulepool.errors import InvalidInput, InvalidTree
@@ -234,26 +235,51 @@ def _refuse_cycles(by_id: Mapping[str, Entitlement], order: list[str]) -> None:
 
 @dataclass(slots=True)
 class EntitlementUsage:
-    """One entitlement's figures (API.md): spent includes running reservations (§3, §6.2)."""
+    """One entitlement's figures (API.md): spent includes running reservations (§3, §6.2).
+
+    In a budget period (DESIGN.md §3) `spent_uj` and `reserved_uj` count the claims admitted
+    in that period; `held_devices` and `running_claims` count every open claim.
+    """
 
     spent_uj: int = 0
     reserved_uj: int = 0
     held_devices: int = 0
     running_claims: int = 0
 
+    @property
+    def charged_uj(self) -> int:
+        """Released claims' actual figures: what is spent for good (API.md)."""
+        return self.spent_uj - self.reserved_uj
+
     def borrowed_uj(self, guarantee_uj: int) -> int:
         """How far spending is past the guarantee: the borrowed part (DESIGN.md §3)."""
         return max(0, self.spent_uj - guarantee_uj)
 
-    def to_json(self, guarantee_uj: int) -> dict[str, int]:
-        """The API.md `usage` object, against the entitlement's energy guarantee (§2.2)."""
-        return {
+    def remaining_uj(self, guarantee_uj: int) -> int:
+        """What is left of the guarantee: `max(0, guarantee_uj - committed_uj)` (API.md)."""
+        return max(0, guarantee_uj - self.spent_uj)
+
+    def to_json(
+        self, guarantee_uj: int, period: Mapping[str, int | None] | None = None
+    ) -> dict[str, Any]:
+        """The API.md `usage` object, against the entitlement's energy guarantee (§2.2).
+
+        `committed_uj` is what admission compares (equal to `spent_uj`, kept for clients
+        that read it); `period` names the budget period the figures belong to.
+        """
+        out: dict[str, Any] = {
             "spent_uj": self.spent_uj,
+            "charged_uj": self.charged_uj,
             "reserved_uj": self.reserved_uj,
+            "committed_uj": self.spent_uj,
+            "remaining_uj": self.remaining_uj(guarantee_uj),
             "borrowed_uj": self.borrowed_uj(guarantee_uj),
             "held_devices": self.held_devices,
             "running_claims": self.running_claims,
         }
+        if period is not None:
+            out["period"] = dict(period)
+        return out
 
 
 class Usage:

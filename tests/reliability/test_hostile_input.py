@@ -602,10 +602,9 @@ def test_the_api_survives_bombs_in_bounded_memory(served: tuple[Deployment, Serv
     ]
     for bomb in receipt_bombs:
         body = json.dumps(VALID_BODIES["/v1/witness-receipts"] | {"receipt_hex": bomb.hex()})
-        assert (
-            answer_typed(serve, "POST", "/v1/witness-receipts", deployment.operator, body.encode())
-            in (413, 422)
-        )
+        assert answer_typed(
+            serve, "POST", "/v1/witness-receipts", deployment.operator, body.encode()
+        ) in (413, 422)
     grown = rss_kib(serve.proc.pid) - before
     assert serve.proc.poll() is None
     assert grown < 256 * 1024, f"pool serve grew by {grown} KiB"

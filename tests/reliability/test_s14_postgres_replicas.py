@@ -211,12 +211,12 @@ def with_sigcont(serve: Serve) -> None:
 def rewrite_tree(folder: Path, tree: Tree) -> None:
     config = read_config(folder / CONFIG)
     (folder / CONFIG).unlink()
-    write_config(folder / CONFIG, config.steward, tree, config.idle)
+    write_config(folder / CONFIG, config.steward, tree, config.idle, config.period)
 
 
 def digest_of(folder: Path) -> str:
     c = read_config(folder / CONFIG)
-    return config_digest(c.tree, c.idle, c.required_evidence).hex()
+    return config_digest(c.tree, c.idle, c.required_evidence, c.period).hex()
 
 
 def no_borrowing(tree: Tree, node: str) -> Tree:

@@ -33,7 +33,15 @@ from tests.reliability.support import TEAMS, Figures, claim
 from tests.servers import Deployment, Serve, pool_cli, serving, start_serve
 
 _figures = Figures("s14_tokens_and_metrics")
-USAGE = {"pool_reserved_microjoules", "pool_spent_microjoules", "pool_held_devices"}
+# Per-entitlement usage in the current budget period, and the period's bounds (issue 15).
+USAGE = {
+    "pool_reserved_microjoules",
+    "pool_spent_microjoules",
+    "pool_held_devices",
+    "pool_charged_microjoules",
+    "pool_remaining_microjoules",
+}
+PERIOD = {"pool_period_start_milliseconds", "pool_period_end_milliseconds"}
 GLOBAL = {
     "pool_ledger_length",
     "pool_fsyncs",
@@ -121,7 +129,7 @@ def test_operator_and_metrics_tokens_read_every_series(served: Served, who: str)
     r = scrape(served.serve, token)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     found = series(r.text)
-    assert set(found) >= USAGE | GLOBAL, sorted(found)
+    assert set(found) >= USAGE | PERIOD | GLOBAL, sorted(found)
     assert set(found["pool_spent_microjoules"]) == {"research", *TEAMS}
     assert found["pool_ledger_length"][""] >= len(TEAMS)
 
@@ -137,8 +145,9 @@ def test_a_tenant_token_reads_only_its_subtree_on_metrics(
     r = scrape(served.serve, token)
     assert r.status_code == 200, r.text
     found = series(r.text)
-    # Only per-entitlement usage: no verdicts, latencies, ledger length, appends or fsyncs.
-    assert set(found) == USAGE, sorted(found)
+    # Only per-entitlement usage and the period's bounds: no verdicts, latencies, ledger
+    # length, appends or fsyncs.
+    assert set(found) == USAGE | PERIOD, sorted(found)
     for family in USAGE:
         assert set(found[family]) == subtree, (family, found[family])
     everything = series(scrape(served.serve, served.deployment.operator).text)

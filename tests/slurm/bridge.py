@@ -203,8 +203,9 @@ def note_of(job: SlurmJob) -> Any:
     return job.note
 
 
-def start_bridge() -> Bridge:
-    """Bring up Pool, Slurm with the bridge installed, and the agent."""
+def start_bridge(period: str | None = None) -> Bridge:
+    """Bring up Pool, Slurm with the bridge installed, and the agent; `period` replaces
+    the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default."""
     require_slurm()
     interpreter = python_for("slurm")
     root = Path(tempfile.mkdtemp(prefix="joulepool-slurm-"))
@@ -212,6 +213,9 @@ def start_bridge() -> Bridge:
     started: list[Callable[[], None]] = []
     try:
         deployment = Deployment.create(root / "pool")
+        if period is not None:
+            config = deployment.folder / "pool.toml"
+            config.write_text(config.read_text().replace('[period]\nkind = "month"\n', period))
         port = free_port()
         serve = start_serve(deployment.folder, port=port)
         started.append(lambda: serve.kill(signal.SIGTERM))

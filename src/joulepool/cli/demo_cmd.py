@@ -51,7 +51,7 @@ class _Demo:
         class_: str | None = None,
     ) -> str:
         from joulepool.claim import Claim
-        from joulepool.explain import explain
+        from joulepool.explain import explain, renewal
         from joulepool.grade import Energy, Grade
 
         c = Claim(claim_id, entitlement, gang, per_member, Energy(uj, Grade(grade)), class_)
@@ -59,6 +59,8 @@ class _Demo:
         where = (
             f" (ledger entry {decision.seq})" if decision.seq is not None else " (nothing written)"
         )
+        if decision.period_end_ms is not None:
+            where = f"; it {renewal(decision.period_end_ms, self.pool.schedule.noun)}{where}"
         self.say(
             f"  [bold]{claim_id}[/bold] → {entitlement}: {gang}×{per_member} device(s), "
             f"{_mj(uj)} {grade}: {explain(decision.verdict)}{where}"
@@ -176,6 +178,11 @@ def run_demo(folder: Path, out: Console) -> None:
         d.claim("sim-episode-4", "robotics", est.uj, est.grade.value, class_="sim-episode")
         d.usage()
 
+        d.section(
+            "Budget periods: a spent guarantee renews, and nothing carries over (DESIGN.md §3)"
+        )
+        _rollover(d, pool)
+
         d.section("A shared device's energy attributed among its tenants (§2.5)")
         total = Energy(3_600 * KJ, Grade.HwShunt)
         shares = attribute(total, {"vision-notebook": 30, "language-eval": 10})
@@ -257,6 +264,60 @@ def run_demo(folder: Path, out: Console) -> None:
     out.print(
         f"Check it yourself, trusting nothing above:  pool ledger verify {folder / 'ledger.cbor'}"
     )
+
+
+ROLLOVER_MS = 3000
+"""The demo's short fixed period, so a rollover happens while you watch."""
+
+
+def _rollover(d: _Demo, pool: Pool) -> None:
+    """A queued claim admits when the period renews; an estimate earned before still holds."""
+    import time
+
+    from joulepool.estimate import Derived
+    from joulepool.periods import Schedule, utc_text
+    from joulepool.pool import wall_clock_ms
+
+    # A schedule change regroups the ledger's history and never changes the ledger, so
+    # the same ledger can be watched in short periods here (pool.toml keeps the month).
+    now = wall_clock_ms()
+    pool.reload(pool.tree, Schedule("fixed", ROLLOVER_MS, now))
+    period = pool.period()
+    assert period.end_ms is not None
+    d.say(
+        f'  The deployment renews guarantees monthly (\\[period] kind = "month" in pool.toml). '
+        f"To watch a rollover, this pool regroups the same ledger into {ROLLOVER_MS // 1000}-second "
+        f"periods; everything so far belongs to earlier ones, so robotics starts this period "
+        f"({utc_text(now)}) with its whole 20 MJ."
+    )
+    d.claim("robotics-nightly-1", "robotics", 15 * MJ, "Estimator")
+    d.claim("robotics-nightly-2", "robotics", 15 * MJ, "Estimator")
+    d.say("  Nothing is released. Waiting for the period to end…")
+    time.sleep(max(0, period.end_ms - wall_clock_ms()) / 1000 + 0.05)
+    d.claim("robotics-nightly-2", "robotics", 15 * MJ, "Estimator")
+    d.say(
+        "  robotics-nightly-1 still runs and holds its device (a device held is held now), but "
+        "its 15 MJ count in the period it was admitted in."
+    )
+    earned = pool.estimate("sim-episode")
+    assert isinstance(earned, Derived)
+    d.say(
+        f"  The estimate sim-episode earned in an earlier period is still in force: "
+        f"{_mj(earned.estimate.uj)} {earned.estimate.grade.value} from {earned.evidence} runs."
+    )
+    d.claim(
+        "sim-episode-5",
+        "robotics",
+        earned.estimate.uj,
+        earned.estimate.grade.value,
+        class_="sim-episode",
+    )
+    history = pool.history("robotics")["periods"]
+    for row in history[-3:]:
+        d.say(
+            f"  robotics, period {row['label']}: {row['claims']} claim(s), "
+            f"{_mj(row['committed_uj'])} committed of {_mj(row['guarantee_uj'])}"
+        )
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ def init_deployment(folder: Path, steward: str) -> None:
         EXAMPLE_TREE,
         KEY,
         LEDGER,
+        MONTHLY,
         PUBLIC_KEY,
         WITNESSES,
         write_config,
@@ -47,7 +48,7 @@ def init_deployment(folder: Path, steward: str) -> None:
     key = KeyPair.generate(steward)
     write_key_file(folder / KEY, key)
     write_key_file(folder / PUBLIC_KEY, key.public())
-    write_config(folder / CONFIG, steward, EXAMPLE_TREE)
+    write_config(folder / CONFIG, steward, EXAMPLE_TREE, period=MONTHLY)
     create(folder / LEDGER).close()
 
 
@@ -74,7 +75,7 @@ def _admit(args: argparse.Namespace) -> int:
     from joulepool.claim import Claim
     from joulepool.errors import InvalidInput
     from joulepool.estimate import Derived
-    from joulepool.explain import explain
+    from joulepool.explain import explain, renewal
 
     pool = _open(args)
     try:
@@ -100,12 +101,13 @@ def _admit(args: argparse.Namespace) -> int:
             args.class_,
         )
         decision = pool.submit(claim)
+        noun = pool.schedule.noun
     finally:
         pool.close()
-    result = {"claim": claim.id, **decision.verdict.to_json()}
-    if decision.seq is not None:
-        result["seq"] = decision.seq
-    emit(args, result, lambda c: c.print(f"{claim.id}: {explain(decision.verdict)}"))
+    words = explain(decision.verdict)
+    if decision.period_end_ms is not None:
+        words += f"; it {renewal(decision.period_end_ms, noun)}"
+    emit(args, decision.to_json(), lambda c: c.print(f"{claim.id}: {words}"))
     return EXIT_BY_VERDICT[decision.verdict.verdict]
 
 
@@ -127,44 +129,117 @@ def _release(args: argparse.Namespace) -> int:
     return 0
 
 
-def usage_rows(pool: Pool) -> list[dict[str, Any]]:
-    """Every entitlement's guarantees and usage (API.md figures)."""
-    return [
-        {**ent.to_json(), "usage": pool.usage_of(ent.id).to_json(ent.guarantee_uj)}
-        for ent in pool.tree
-    ]
+def usage_rows(pool: Pool, index: int | None = None) -> list[dict[str, Any]]:
+    """Every entitlement's guarantees and usage in a period (API.md figures, DESIGN.md §3)."""
+    return [pool.report(ent.id, index) for ent in pool.tree]
+
+
+def period_words(schedule: Any, period: Any) -> str:
+    """A period as an operator reads it: `month 2026-11 (2026-11-01 00:00 UTC to ...)`."""
+    from joulepool.periods import utc_text
+
+    if period.start_ms is None or period.end_ms is None:
+        return "all time (no budget period)"
+    return (
+        f"{schedule.noun} {schedule.label(period.index)} "
+        f"({utc_text(period.start_ms)} to {utc_text(period.end_ms)})"
+    )
 
 
 def _usage(args: argparse.Namespace) -> int:
     pool = _open(args)
     try:
-        rows = usage_rows(pool)
+        if args.history is not None:
+            return _history(args, pool)
+        index = None if args.period is None else pool.schedule.parse_label(args.period, "--period")
+        period = pool.period(index)
+        rows = usage_rows(pool, period.index)
         length = pool.length
+        words = period_words(pool.schedule, period)
     finally:
         pool.close()
 
     def human(c: Console) -> None:
         c.print(
             table(
-                f"usage at ledger length {length}",
-                ["entitlement", "guarantee", "spent", "reserved", "borrowed", "devices", "running"],
+                f"usage in {words}, at ledger length {length}",
+                [
+                    "entitlement",
+                    "guarantee",
+                    "charged",
+                    "reserved",
+                    "committed",
+                    "remaining",
+                    "borrowed",
+                    "devices",
+                    "running",
+                ],
                 [
                     [
                         r["id"],
                         uj(r["guarantee_uj"]),
-                        uj(r["usage"]["spent_uj"]),
+                        uj(r["usage"]["charged_uj"]),
                         uj(r["usage"]["reserved_uj"]),
+                        uj(r["usage"]["committed_uj"]),
+                        uj(r["usage"]["remaining_uj"]),
                         uj(r["usage"]["borrowed_uj"]),
                         f"{r['usage']['held_devices']}/{r['guarantee_devices']}",
                         r["usage"]["running_claims"],
                     ]
                     for r in rows
                 ],
-                right=["guarantee", "spent", "reserved", "borrowed", "devices", "running"],
+                right=[
+                    "guarantee",
+                    "charged",
+                    "reserved",
+                    "committed",
+                    "remaining",
+                    "borrowed",
+                    "devices",
+                    "running",
+                ],
             )
         )
+        c.print("devices and running claims are now, whatever the period (DESIGN.md §3)")
 
-    emit(args, {"length": length, "entitlements": rows}, human)
+    out = {"length": length, "period": period.to_json(), "entitlements": rows}
+    if pool.schedule.kind != "none":
+        out["label"] = pool.schedule.label(period.index)
+    emit(args, out, human)
+    return 0
+
+
+def _history(args: argparse.Namespace, pool: Pool) -> int:
+    result = pool.history(args.history)
+    schedule = pool.schedule
+
+    def human(c: Console) -> None:
+        from joulepool.periods import utc_text
+
+        c.print(
+            table(
+                f"{args.history}: each {schedule.noun}'s energy against its guarantee",
+                ["period", "from", "claims", "charged", "reserved", "guarantee", "remaining"],
+                [
+                    [
+                        r["label"],
+                        "-"
+                        if r["period"]["start_ms"] is None
+                        else utc_text(r["period"]["start_ms"]),
+                        r["claims"],
+                        uj(r["charged_uj"]),
+                        uj(r["reserved_uj"]),
+                        uj(r["guarantee_uj"]),
+                        uj(r["remaining_uj"]),
+                    ]
+                    for r in result["periods"]
+                ],
+                right=["claims", "charged", "reserved", "guarantee", "remaining"],
+            )
+        )
+        c.print("a guarantee unspent at its period's end is gone: nothing carries over")
+
+    emit(args, result, human)
     return 0
 
 
@@ -354,9 +429,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_release)
 
     p = sub.add_parser(
-        "usage", help="each entitlement's guarantee, spent, reserved, borrowed, devices"
+        "usage", help="each entitlement's guarantee and usage in the current budget period"
     )
     p.add_argument("dir", metavar="DIR")
+    p.add_argument(
+        "--period",
+        metavar="P",
+        help="a past period: 2026-11 (month), 2026-W48 (week), 2026-11-30 (day), k (fixed)",
+    )
+    p.add_argument(
+        "--history", metavar="ENT", help="each period's charged energy against ENT's guarantee"
+    )
     add_json(p)
     p.set_defaults(handler=_usage)
 

@@ -71,7 +71,7 @@ def build_service(
     # Scopes are checked against the tree being served: a token naming an entitlement it
     # does not have refuses the start (API.md, Tokens).
     tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
-    digest = config_digest(config.tree, config.idle, config.required_evidence)
+    digest = config_digest(config.tree, config.idle, config.required_evidence, config.period)
     held: Any = None
     if not postgres:
         from joulepool.stores.file import LedgerLock
@@ -112,6 +112,7 @@ def build_service(
                 store,
                 idle_policy=config.idle,
                 required_evidence=config.required_evidence,
+                period=config.period,
                 replay_workers=replay_workers,
                 acknowledged=marks,
             )
@@ -186,16 +187,16 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(service, limits=limits)
 
     def reload(_signum: int, _frame: object) -> None:
-        # A changed tree or token list takes effect; a broken one is refused and the old stays.
-        # The tokens are checked against the new tree, so a tree that drops an entitlement a
-        # token names refuses the reload as a whole (API.md, Tokens).
+        # A changed tree, period or token list takes effect; a broken one is refused and the
+        # old stays, whole: nothing is applied before everything has been read. The tokens
+        # are checked against the new tree, so a tree that drops an entitlement a token
+        # names refuses the reload as a whole (API.md, Tokens).
         try:
             config = read_config(folder / CONFIG)
-            tree = config.tree
-            tokens = TokenBook(read_tokens(folder / TOKENS, tree))
-            # The tree, idle policy and evidence count; on PostgreSQL a changed pool.toml is
-            # recorded for every replica in the same step (docs/reliability.md).
-            service.reload(tree, config.idle, config.required_evidence)
+            tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
+            # On PostgreSQL a changed pool.toml is recorded for every replica in the same
+            # step (docs/reliability.md §8).
+            service.reload(config.tree, config.period, config.idle, config.required_evidence)
         except PoolError as exc:
             print(
                 f"pool serve: error: reload refused, keeping the old configuration: {exc}",

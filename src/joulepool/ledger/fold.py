@@ -4,6 +4,12 @@ Admitted reserves the estimate and holds the devices; Released replaces the rese
 the actual figure (`spent += actual - reserved`) and frees the devices. A stream that admits
 a claim id twice, or releases a claim never admitted or already released, is a history
 that did not happen: it is refused at its index, never folded as a shorter one.
+
+Budget periods (DESIGN.md §3): a claim belongs for good to the period holding its
+`Admitted` entry's `at_ms`. Beside the all-time usage the fold keeps, per period and per
+entitlement, three sums (charged actuals, running reservations, claims admitted): bounded
+by periods x entitlements, never a list of entries. A decision reads `current(at_ms)`, the
+period's spending with every open claim's devices, kept up to date by the same moves.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from joulepool.estimate import Observation
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.entry import brief
-from joulepool.tree import Tree, Usage
+from joulepool.periods import NONE, Period, Schedule
+from joulepool.tree import EntitlementUsage, Tree, Usage
 
 INCONSISTENT = "inconsistent_stream"
 
@@ -36,13 +43,46 @@ class ClosedClaim(NamedTuple):
     released_seq: int
 
 
+class PeriodFigures(NamedTuple):
+    """One entitlement's sums in one period (DESIGN.md §3, "budget periods")."""
+
+    period: Period
+    charged_uj: int
+    reserved_uj: int
+    claims: int
+
+    @property
+    def committed_uj(self) -> int:
+        """What admission compares with the guarantee: charged plus reserved."""
+        return self.charged_uj + self.reserved_uj
+
+
 class LedgerState:
     """Usage, open claims and history, as folded from a ledger's events in order (§6.1)."""
 
-    __slots__ = ("_closed", "_history", "_journal", "_length", "_open", "usage")
+    __slots__ = (
+        "_closed",
+        "_history",
+        "_journal",
+        "_length",
+        "_open",
+        "_periods",
+        "_view",
+        "last_at_ms",
+        "schedule",
+        "usage",
+    )
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, schedule: Schedule = NONE) -> None:
+        self.schedule = schedule
+        # All time: what `replay` reports, and the devices and running claims of every period.
         self.usage = Usage(tree)
+        # period index -> entitlement -> [charged uj, reserved uj, claims admitted].
+        self._periods: dict[int, dict[str, list[int]]] = {}
+        # The period decisions read, kept moving with the fold once built (see `current`).
+        self._view: tuple[int, Usage] | None = None
+        # The writer keeps at_ms non-decreasing from here (DESIGN.md §3).
+        self.last_at_ms = 0
         # Plain tuples, named only on the way out: the fold stores one an entry, and a
         # named tuple's constructor costs ten times a tuple display.
         self._open: dict[str, tuple[Admitted, int]] = {}
@@ -50,7 +90,7 @@ class LedgerState:
         # class -> [(entitlement, actual uj, actual grade)], kept as plain tuples to stay small.
         self._history: dict[str, list[tuple[str, int, Grade]]] = {}
         self._length = 0
-        self._journal: list[tuple[Event, tuple[Admitted, int] | None]] | None = None
+        self._journal: list[tuple[Event, tuple[Admitted, int] | None, int]] | None = None
 
     @property
     def length(self) -> int:
@@ -81,35 +121,63 @@ class LedgerState:
                 raise LedgerRefused(seq, INCONSISTENT, self.refusal(event) or "")
             self._open[claim] = (event, seq)
             # A running claim's reservation counts as spent, reserved and held (API.md).
-            self._hold(event, spent_uj=event.reserved.uj, sign=+1)
+            self._hold(event, charged_uj=0, reserved_uj=event.reserved.uj, sign=+1, admitted=1)
         else:
             running = self._open.pop(claim, None)
             if running is None:
                 raise LedgerRefused(seq, INCONSISTENT, self.refusal(event) or "")
             self._release(running, event, seq)
         if self._journal is not None:
-            self._journal.append((event, running))
+            self._journal.append((event, running, self.last_at_ms))
+        self.last_at_ms = max(self.last_at_ms, event.at_ms)
         self._length = seq + 1
 
     def _release(self, running: tuple[Admitted, int], event: Released, seq: int) -> None:
         adm, admitted_seq = running
-        # The actual figure replaces the reservation; it is not added to it (§6.2).
-        self._hold(adm, spent_uj=event.actual.uj - adm.reserved.uj, sign=-1)
+        # The actual figure replaces the reservation; it is not added to it (§6.2), and it
+        # counts in the period of the admission, not of the release (DESIGN.md §3).
+        self._hold(adm, charged_uj=event.actual.uj, reserved_uj=-adm.reserved.uj, sign=-1)
         self._closed[event.claim] = (admitted_seq, seq)
         if adm.class_ is not None:
             self._history.setdefault(adm.class_, []).append(
                 (adm.entitlement, event.actual.uj, event.actual.grade)
             )
 
-    def _hold(self, adm: Admitted, *, spent_uj: int, sign: int) -> None:
-        """Hold (sign +1) or lift (-1) a claim's reservation and devices, and move spent."""
+    def _hold(
+        self, adm: Admitted, *, charged_uj: int, reserved_uj: int, sign: int, admitted: int = 0
+    ) -> None:
+        """Hold (sign +1) or lift (-1) a claim's devices; move its charged and reserved energy
+        in all-time usage, in its own period's sums and in the decisions' view (DESIGN.md §3).
+
+        A claim counts in the period of its admission; its devices are held now, in every
+        period's view.
+        """
+        ent = adm.entitlement
+        spent = charged_uj + reserved_uj
         self.usage.move(
-            adm.entitlement,
-            spent_uj=spent_uj,
-            reserved_uj=sign * adm.reserved.uj,
+            ent,
+            spent_uj=spent,
+            reserved_uj=reserved_uj,
             held_devices=sign * adm.devices,
             running_claims=sign,
         )
+        index = self.schedule.index_at(adm.at_ms)
+        sums = self._periods.setdefault(index, {}).get(ent)
+        if sums is None:
+            sums = self._periods[index][ent] = [0, 0, 0]
+        sums[0] += charged_uj
+        sums[1] += reserved_uj
+        sums[2] += admitted
+        view = self._view
+        if view is not None and view[1] is not self.usage:
+            own = view[0] == index
+            view[1].move(
+                ent,
+                spent_uj=spent if own else 0,
+                reserved_uj=reserved_uj if own else 0,
+                held_devices=sign * adm.devices,
+                running_claims=sign,
+            )
 
     def begin(self) -> None:
         """Start a batch whose events can all be taken back, for an append that may fail."""
@@ -123,17 +191,20 @@ class LedgerState:
         """Take back every event folded since `begin()`, newest first: a failed append
         never happened, so the state must be exactly what it was before."""
         journal, self._journal = self._journal or [], None
-        for event, running in reversed(journal):
+        for event, running, last_at_ms in reversed(journal):
             self._length -= 1
+            self.last_at_ms = last_at_ms
             if isinstance(event, Admitted):
                 del self._open[event.claim]
-                self._hold(event, spent_uj=-event.reserved.uj, sign=-1)
+                self._hold(
+                    event, charged_uj=0, reserved_uj=-event.reserved.uj, sign=-1, admitted=-1
+                )
                 continue
             assert running is not None
             adm = running[0]
             del self._closed[event.claim]
             self._open[event.claim] = running
-            self._hold(adm, spent_uj=adm.reserved.uj - event.actual.uj, sign=+1)
+            self._hold(adm, charged_uj=-event.actual.uj, reserved_uj=adm.reserved.uj, sign=+1)
             if adm.class_ is not None:
                 self._history[adm.class_].pop()
 
@@ -167,3 +238,54 @@ class LedgerState:
     def rebind(self, tree: Tree) -> None:
         """Group the same figures by a reloaded tree; the ledger is unchanged (§6.1)."""
         self.usage = self.usage.rebind(tree)
+        self._view = None
+
+    # -- budget periods (DESIGN.md §3) ---------------------------------------------------
+
+    def current(self, at_ms: int) -> Usage:
+        """The usage a decision at `at_ms` reads: `spent_uj` of the period holding `at_ms`
+        and `held_devices` of every open claim, whatever its period (DESIGN.md §3).
+
+        Kept moving with the fold until the clock enters another period; only then is it
+        rebuilt, once, from the period's sums.
+        """
+        index = self.schedule.index_at(at_ms)
+        view = self._view
+        if view is None or view[0] != index:
+            view = self._view = (index, self.usage_in(index))
+        return view[1]
+
+    def usage_in(self, index: int) -> Usage:
+        """The usage of the period `index` (see `current`): the one answer every surface gives."""
+        if self.schedule.kind == "none":
+            return self.usage  # one period for all time: the all-time figures themselves
+        view = self._view
+        if view is not None and view[0] == index:
+            return view[1]
+        usage = Usage(self.usage.tree)
+        sums = self._periods.get(index, {})
+        # Every entitlement the ledger names is listed, spent or not (CONFORMANCE.md).
+        for ent in self.usage.ids():
+            now = self.usage.of(ent)
+            charged, reserved, _ = sums.get(ent, (0, 0, 0))
+            usage.move(
+                ent,
+                spent_uj=charged + reserved,
+                reserved_uj=reserved,
+                held_devices=now.held_devices,
+                running_claims=now.running_claims,
+            )
+        return usage
+
+    def figures_in(self, entitlement: str, index: int) -> EntitlementUsage:
+        """One entitlement's figures in period `index` (DESIGN.md §3, API.md usage)."""
+        return self.usage_in(index).of(entitlement)
+
+    def periods_of(self, entitlement: str) -> list[PeriodFigures]:
+        """Every period in which `entitlement` had a claim admitted, oldest first."""
+        out = []
+        for index in sorted(self._periods):
+            sums = self._periods[index].get(entitlement)
+            if sums is not None and sums[2] > 0:
+                out.append(PeriodFigures(self.schedule.period(index), *sums))
+        return out

@@ -1,4 +1,5 @@
-"""The ledger operations of `pool exec`: seal, replay, witness, check_witness (CONFORMANCE.md).
+"""The ledger operations of `pool exec`: seal, replay, period_usage, witness, check_witness
+(CONFORMANCE.md).
 
 Byte-exact: Ed25519 is deterministic, so the same seed and events give the same entries.
 """
@@ -18,6 +19,7 @@ from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import Replayer, replay
 from joulepool.ledger.sequence import split
 from joulepool.ledger.witness import check_witness, sign_witness
+from joulepool.periods import NONE, Schedule
 
 
 def _hex(case: Mapping[str, Any], name: str, size: int | None = None) -> bytes:
@@ -48,10 +50,12 @@ def split_ledger(data: bytes) -> tuple[list[bytes], LedgerRefused | None]:
     )
 
 
-def replay_bytes(data: bytes, steward: str, public_key: bytes) -> Replayer:
+def replay_bytes(
+    data: bytes, steward: str, public_key: bytes, schedule: Schedule = NONE
+) -> Replayer:
     """Verify and fold a ledger given as one CBOR sequence (§6.1, §6.4)."""
     entries, tail_refusal = split_ledger(data)
-    replayer = replay(entries, steward, public_key)
+    replayer = replay(entries, steward, public_key, schedule=schedule)
     if tail_refusal is not None:
         raise tail_refusal
     return replayer
@@ -94,6 +98,30 @@ def op_replay(case: Mapping[str, Any]) -> Result:
         "length": replayer.length,
         "head_hex": replayer.head.hex(),
         "usage": usage.to_json(),
+        "open_claims": replayer.state.open_claims(),
+    }
+
+
+def op_period_usage(case: Mapping[str, Any]) -> Result:
+    """DESIGN.md §3, budget periods: a ledger's usage in the period holding `at_ms`.
+
+    `spent_uj` counts the claims admitted in that period (actual once released, else the
+    reservation); `held_devices` counts every open claim, whatever its period.
+    """
+    check_keys(case, "", ("op", "steward", "public_key_hex", "ledger_hex", "period", "at_ms"))
+    steward = check_text(case["steward"], "steward")
+    public_key = _hex(case, "public_key_hex", 32)
+    schedule = Schedule.from_json(case["period"])
+    at_ms = check_figure(case["at_ms"], "at_ms")
+    try:
+        replayer = replay_bytes(_hex(case, "ledger_hex"), steward, public_key, schedule)
+    except LedgerRefused as exc:
+        return _refused(exc)
+    period = schedule.period_at(at_ms)
+    return {
+        "ok": True,
+        "period": period.to_json(),
+        "usage": replayer.state.usage_in(period.index).to_json(),
         "open_claims": replayer.state.open_claims(),
     }
 
@@ -182,5 +210,6 @@ def op_check_witness(case: Mapping[str, Any]) -> Result:
 
 register("seal", op_seal)
 register("replay", op_replay)
+register("period_usage", op_period_usage)
 register("witness", op_witness)
 register("check_witness", op_check_witness)

@@ -38,6 +38,7 @@ from joulepool.ledger.cose import (
 )
 from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
+from joulepool.periods import NONE, Schedule
 from joulepool.tree import Tree
 
 BATCH = 512
@@ -94,10 +95,16 @@ class Replayer:
     through `extend()`, which runs the same fold as `feed()` (DESIGN.md §5).
     """
 
-    def __init__(self, steward: str, public_key: bytes, tree: Tree | None = None) -> None:
+    def __init__(
+        self,
+        steward: str,
+        public_key: bytes,
+        tree: Tree | None = None,
+        schedule: Schedule = NONE,
+    ) -> None:
         self.steward = steward
         self.public_key = public_key
-        self.state = LedgerState(tree if tree is not None else Tree([]))
+        self.state = LedgerState(tree if tree is not None else Tree([]), schedule)
         self.head = GENESIS
 
     @property
@@ -146,6 +153,7 @@ def replay(
     public_key: bytes,
     tree: Tree | None = None,
     *,
+    schedule: Schedule = NONE,
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> Replayer:
@@ -153,8 +161,9 @@ def replay(
 
     Raises `LedgerRefused(index, error)` at the first failing entry; nothing partial is
     returned. With `workers > 1` the signatures are checked in that many processes.
+    `schedule` groups each claim's figures by budget period (DESIGN.md §3).
     """
-    replayer = Replayer(steward, public_key, tree)
+    replayer = Replayer(steward, public_key, tree, schedule)
     with _collector_paused():
         if workers <= 1:
             _replay_serial(replayer, entries, progress)

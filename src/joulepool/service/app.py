@@ -35,6 +35,7 @@ from joulepool.grade import Energy, Grade
 from joulepool.idle import IdlePolicy
 from joulepool.ledger.entry import brief as brief_id
 from joulepool.ledger.witness import Attestation, verified_statement
+from joulepool.periods import Schedule
 from joulepool.pool import Pool
 from joulepool.service import models as m
 from joulepool.service.apidocs import api_reference
@@ -180,7 +181,9 @@ class Service:
             # Not fatal: /readyz keeps asking, and every append checks again.
             log.error("%s: %s", exc.code, exc)
 
-    def reload(self, tree: Tree, idle: IdlePolicy, required_evidence: int) -> None:
+    def reload(
+        self, tree: Tree, period: Schedule, idle: IdlePolicy, required_evidence: int
+    ) -> None:
         """Put a changed pool.toml in force (SIGHUP); raises `PoolError` and changes nothing
         if it cannot. On a store shared by replicas, a pool.toml whose digest changed with
         this reload is recorded as the one the ledger is decided under, in the same step,
@@ -196,7 +199,7 @@ class Service:
                 "the ledger is not replayed yet (or failed to start): the configuration "
                 "was not reloaded; send SIGHUP again once /readyz says ready"
             )
-        digest = config_digest(tree, idle, required_evidence)
+        digest = config_digest(tree, idle, required_evidence, period)
         store = pool.store
         before: Callable[[], None] | None = None
         if isinstance(store, PostgresStore) and digest != self.config_digest:
@@ -207,7 +210,9 @@ class Service:
 
         old = store.config_digest if isinstance(store, PostgresStore) else None
         try:
-            pool.reload(tree, idle_policy=idle, required_evidence=required_evidence, before=before)
+            pool.reload(
+                tree, period, idle_policy=idle, required_evidence=required_evidence, before=before
+            )
         except BaseException:
             if isinstance(store, PostgresStore) and store.config_digest != old:
                 # Recorded, but not put in force here: decide nothing rather than decide
@@ -471,9 +476,9 @@ def create_app(
         started = time.perf_counter()
         decision = await committer.submit(claim)
         metrics.commit_seconds.observe(time.perf_counter() - started)
-        out: dict[str, Any] = {"claim": body.id, **decision.verdict.to_json()}
+        out = decision.to_json()
+        out["claim"] = body.id  # as the client named it, without the tenant's namespace
         if isinstance(decision.verdict, Admit):
-            out["seq"] = decision.seq
             record("admit", "")
         else:
             record(decision.verdict.verdict, decision.verdict.reason.value)
@@ -535,9 +540,8 @@ def create_app(
 
     # -- entitlements --------------------------------------------------------------------
 
-    def entitlement_json(pool: Pool, node: str) -> dict[str, Any]:
-        ent = pool.tree[node]
-        return {**ent.to_json(), "usage": pool.usage_of(node).to_json(ent.guarantee_uj)}
+    def entitlement_json(pool: Pool, node: str, index: int | None = None) -> dict[str, Any]:
+        return pool.report(node, index)
 
     @app.get(
         "/v1/entitlements",
@@ -557,8 +561,17 @@ def create_app(
         responses={**ERRORS, 404: {"model": m.ErrorOut}},
         tags=["entitlements"],
     )
-    def entitlement(entitlement: str, who: Principal = Depends(principal)) -> Response:
-        """One entitlement and its usage."""
+    def entitlement(
+        entitlement: str,
+        period: str | None = Query(None, description="a budget period, as `pool usage --period`"),
+        who: Principal = Depends(principal),
+    ) -> Response:
+        """One entitlement and its usage in the current budget period, or in `period`."""
+        pool = visible_entitlement(entitlement, who)
+        index = None if period is None else pool.schedule.parse_label(period, "period")
+        return JSONResponse(entitlement_json(pool, entitlement, index))
+
+    def visible_entitlement(entitlement: str, who: Principal) -> Pool:
         pool = service.fresh_pool()
         if entitlement not in pool.tree:
             if not who.operator:
@@ -567,7 +580,17 @@ def create_app(
                 )
             raise ApiError(404, "unknown_entitlement", f"no entitlement {entitlement!r}")
         require_scope(who, pool, entitlement)
-        return JSONResponse(entitlement_json(pool, entitlement))
+        return pool
+
+    @app.get(
+        "/v1/entitlements/{entitlement}/periods",
+        response_model=m.PeriodsOut,
+        responses={**ERRORS, 404: {"model": m.ErrorOut}},
+        tags=["entitlements"],
+    )
+    def entitlement_periods(entitlement: str, who: Principal = Depends(principal)) -> Response:
+        """Each budget period's charged energy against the guarantee (DESIGN.md §3)."""
+        return JSONResponse(visible_entitlement(entitlement, who).history(entitlement))
 
     # -- the ledger ----------------------------------------------------------------------
 

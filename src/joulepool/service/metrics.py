@@ -36,22 +36,49 @@ class _PoolCollector(Collector):
         )
         spent = GaugeMetricFamily(
             "pool_spent_microjoules",
-            "Spent energy, running reservations included",
+            "Spent energy in the current budget period, running reservations included",
             labels=["entitlement"],
         )
         held = GaugeMetricFamily(
             "pool_held_devices", "Devices held by running claims", labels=["entitlement"]
         )
+        charged = GaugeMetricFamily(
+            "pool_charged_microjoules",
+            "Released claims' actual energy in the current budget period",
+            labels=["entitlement"],
+        )
+        remaining = GaugeMetricFamily(
+            "pool_remaining_microjoules",
+            "What is left of the guarantee in the current budget period",
+            labels=["entitlement"],
+        )
+        # One period for the whole scrape, so no figure straddles a rollover (DESIGN.md §3).
+        period = pool.period()
         for ent in pool.tree:
             if self._tenant is not None and not self._tenant.may_act_on(pool.tree, ent.id):
                 continue
-            fig = pool.usage_of(ent.id)
+            fig = pool.usage_of(ent.id, period.index)
             reserved.add_metric([ent.id], fig.reserved_uj)
             spent.add_metric([ent.id], fig.spent_uj)
             held.add_metric([ent.id], fig.held_devices)
+            charged.add_metric([ent.id], fig.charged_uj)
+            remaining.add_metric([ent.id], fig.remaining_uj(ent.guarantee_uj))
         yield reserved
         yield spent
         yield held
+        yield charged
+        yield remaining
+        if period.start_ms is not None and period.end_ms is not None:
+            yield GaugeMetricFamily(
+                "pool_period_start_milliseconds",
+                "Start of the current budget period, ms since the Unix epoch",
+                value=period.start_ms,
+            )
+            yield GaugeMetricFamily(
+                "pool_period_end_milliseconds",
+                "End of the current budget period, when guarantees renew",
+                value=period.end_ms,
+            )
         if self._tenant is not None:
             return
         yield GaugeMetricFamily("pool_ledger_length", "Entries in the ledger", value=pool.length)

@@ -150,6 +150,9 @@ class QueueOut(BaseModel):
         "limit_reached",
         "surplus_insufficient",
     ]
+    period_end_ms: int | SkipJsonSchema[None] = Field(
+        default=None, description="when the budget period renews (DESIGN.md §3)"
+    )
 
 
 class DenyOut(BaseModel):
@@ -190,14 +193,55 @@ class ClaimStateOut(BaseModel):
     released_seq: int | SkipJsonSchema[None] = None
 
 
+class PeriodOut(BaseModel):
+    """A budget period's half-open bounds in ms; null for `none` (DESIGN.md §3)."""
+
+    start_ms: int | None
+    end_ms: int | None
+
+
 class UsageOut(BaseModel):
-    """An entitlement's figures (API.md)."""
+    """An entitlement's figures in a budget period (API.md; DESIGN.md §3)."""
 
     spent_uj: int
+    charged_uj: int
     reserved_uj: int
+    committed_uj: int
+    remaining_uj: int
     borrowed_uj: int
     held_devices: int
     running_claims: int
+    period: PeriodOut
+
+
+class PeriodFiguresOut(BaseModel):
+    """One period's energy against the guarantee."""
+
+    label: str
+    period: PeriodOut
+    claims: int
+    charged_uj: int
+    reserved_uj: int
+    committed_uj: int
+    guarantee_uj: int
+    remaining_uj: int
+    borrowed_uj: int
+
+
+class PeriodScheduleOut(BaseModel):
+    """The deployment's period schedule."""
+
+    kind: Literal["none", "day", "week", "month", "fixed"]
+    length_ms: int | SkipJsonSchema[None] = None
+    epoch_ms: int | SkipJsonSchema[None] = None
+
+
+class PeriodsOut(BaseModel):
+    """Each period in which the entitlement had claims admitted, oldest first."""
+
+    id: str
+    period: PeriodScheduleOut
+    periods: list[PeriodFiguresOut]
 
 
 class EntitlementOut(BaseModel):

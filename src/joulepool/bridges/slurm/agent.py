@@ -5,7 +5,9 @@ Each pass:
    (`scontrol hold`, JobHeldAdmin), which its owner cannot release.
 2. When the ledger moved since the last ask (a release frees energy and devices), or a
    held job is new, or Pool was unreachable, the held jobs are asked again with their
-   original claim, per entitlement in submission order (job id order). The first that is
+   original claim, per entitlement in submission order (job id order); so are they when a
+   held job's budget period has renewed (DESIGN.md §3), so a job queued on a spent monthly
+   budget starts on the first of the month with no one acting. The first that is
    still queued stops its entitlement: a later, smaller job does not overtake it.
    Admit → the note says admitted, then the hold is released. Deny (the tree changed) →
    the job stays held with the reason. A claim Pool already admitted (409: the
@@ -93,10 +95,12 @@ class Agent:
         length = self.client.ledger_length()
         ids = frozenset(j.job_id for j in held)
         now = time.monotonic()
+        wall_ms = time.time_ns() // 1_000_000
         due = (
             length != self.last_length
             or not ids <= self.last_held
             or any(j.note is not None and j.note.state == "unreachable" for j in held)
+            or any(_renewed(j, wall_ms) for j in held)
             or now - self.last_full >= FULL_PASS_S
         )
         self.last_held = ids
@@ -132,8 +136,10 @@ class Agent:
             self.set_note(job, note.with_state("denied", str(reason)))
             self.log(f"job {job.job_id}: denied ({reason}); it stays held for its owner to cancel")
             return True
-        if note.state != "queued" or note.reason != reason:
-            self.set_note(job, note.with_state("queued", str(reason)))
+        renews = answer.body.get("period_end_ms")
+        renews = renews if type(renews) is int and renews >= 0 else None
+        if note.state != "queued" or note.reason != reason or note.renews_ms != renews:
+            self.set_note(job, note.with_state("queued", str(reason), renews))
         return False
 
     def _admit(self, job: SlurmJob, note: PoolNote, how: str) -> None:
@@ -168,6 +174,12 @@ class Agent:
             except (PoolUnreachable, SlurmCommandFailed) as exc:
                 self.log(f"pool slurm agent: {exc.code}: {exc}")
             time.sleep(interval_s)
+
+
+def _renewed(job: SlurmJob, wall_ms: int) -> bool:
+    """Whether the budget period a held job waits on has ended (DESIGN.md §3)."""
+    note = job.note
+    return note is not None and note.renews_ms is not None and wall_ms >= note.renews_ms
 
 
 def _held(job: SlurmJob) -> bool:

@@ -63,21 +63,26 @@ def held_jobs() -> list[dict[str, Any]]:
                 "slurm_reason": job.reason,
                 "pool_state": note.state,
                 "pool_reason": note.reason,
-                "explanation": _explain(note.state, note.reason),
+                "renews_ms": note.renews_ms,
+                "explanation": _explain(note.state, note.reason, note.renews_ms),
             }
         )
     return out
 
 
-def _explain(state: str, reason: str | None) -> str:
+def _explain(state: str, reason: str | None, renews_ms: int | None = None) -> str:
     from joulepool.admission import DenyReason, QueueReason
-    from joulepool.explain import _DENY, _QUEUE
+    from joulepool.explain import _DENY, _QUEUE, renewal
 
     if state == "unreachable":
         return "Pool did not answer at submission; the agent asks again until it does"
     try:
         if state == "queued" and reason is not None:
-            return _QUEUE[QueueReason(reason)]
+            text = _QUEUE[QueueReason(reason)]
+            if renews_ms is not None:
+                # The team's period budget is spent: the agent asks again when it renews.
+                text += f"; it {renewal(renews_ms, 'period')}"
+            return text
         if state == "denied" and reason is not None:
             return _DENY[DenyReason(reason)]
     except ValueError:

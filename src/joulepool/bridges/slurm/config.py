@@ -193,6 +193,8 @@ class PoolNote:
     state: str
     klass: str | None = None
     reason: str | None = None
+    renews_ms: int | None = None
+    """For a job queued on its period's budget: when the period renews (DESIGN.md §3)."""
 
     def claim_json(self) -> dict[str, object]:
         """The claim as API.md's `POST /v1/claims` takes it (§2.4)."""
@@ -207,7 +209,9 @@ class PoolNote:
             out["class"] = self.klass
         return out
 
-    def with_state(self, state: str, reason: str | None = None) -> PoolNote:
+    def with_state(
+        self, state: str, reason: str | None = None, renews_ms: int | None = None
+    ) -> PoolNote:
         """The same claim in another state."""
         return PoolNote(
             self.claim,
@@ -219,6 +223,7 @@ class PoolNote:
             state,
             self.klass,
             reason,
+            renews_ms,
         )
 
     def format(self) -> str:
@@ -236,6 +241,8 @@ class PoolNote:
         parts.append(f"state={self.state}")
         if self.reason is not None:
             parts.append(f"reason={self.reason}")
+        if self.renews_ms is not None:
+            parts.append(f"renews_ms={self.renews_ms}")
         return ";".join(parts)
 
 
@@ -257,6 +264,9 @@ def parse_note(text: str | None) -> PoolNote | None:
         return None
     if not all(fields[k].isdigit() for k in _NOTE_INTS):
         return None
+    renews = fields.get("renews_ms")
+    if renews is not None and not renews.isdigit():
+        return None
     return PoolNote(
         fields["claim"],
         fields["entitlement"],
@@ -267,6 +277,7 @@ def parse_note(text: str | None) -> PoolNote | None:
         fields["state"],
         fields.get("class"),
         fields.get("reason"),
+        None if renews is None else int(renews),
     )
 
 

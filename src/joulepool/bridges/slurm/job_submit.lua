@@ -399,7 +399,7 @@ local function parse_comment(comment)
   return out
 end
 
-local function admin_comment(c, state, reason)
+local function admin_comment(c, state, reason, renews)
   local parts = {
     "pool:claim=" .. c.id,
     "entitlement=" .. c.entitlement,
@@ -415,6 +415,9 @@ local function admin_comment(c, state, reason)
   if reason then
     parts[#parts + 1] = "reason=" .. reason
   end
+  if renews then
+    parts[#parts + 1] = "renews_ms=" .. renews
+  end
   return table.concat(parts, ";")
 end
 
@@ -428,9 +431,9 @@ local function claim_json(c)
   return s .. "}"
 end
 
-local function hold(job_desc, c, state, reason, message)
+local function hold(job_desc, c, state, reason, message, renews)
   job_desc.priority = 0
-  job_desc.admin_comment = admin_comment(c, state, reason)
+  job_desc.admin_comment = admin_comment(c, state, reason, renews)
   slurm.log_user("Pool: job held: " .. message)
   slurm.log_info("pool bridge: claim %s held (%s)", c.id, reason)
   return slurm.SUCCESS
@@ -532,8 +535,17 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.SUCCESS
   elseif answer.verdict == "queue" then
     local reason = tostring(answer.reason)
-    return hold(job_desc, c, "queued", reason,
-      "queued (" .. reason .. "): " .. (QUEUE_TEXT[reason] or reason))
+    local text = QUEUE_TEXT[reason] or reason
+    -- A Queue on the period's budget says when the period renews (DESIGN.md §3); numbers
+    -- stay digit strings here, so the milliseconds reach the admin comment exactly.
+    local renews = answer.period_end_ms
+    if type(renews) == "string" and renews:match("^%d+$") then
+      text = text .. "; it fits from " .. os.date("!%Y-%m-%d %H:%M UTC", math.floor(tonumber(renews) / 1000))
+        .. ", when the period's budget renews; the agent asks again then"
+    else
+      renews = nil
+    end
+    return hold(job_desc, c, "queued", reason, "queued (" .. reason .. "): " .. text, renews)
   end
   local reason = tostring(answer.reason)
   slurm.log_user("Pool denied the job (" .. reason .. "): " .. (DENY_TEXT[reason] or reason))
