@@ -219,8 +219,17 @@ class PgServer:
         self._proc = None
 
     def restart(self, mode: str = "fast") -> float:
-        """Stop and start again on the same port; return the seconds the start took."""
+        """Stop and start again on the same port; return the seconds the start took.
+
+        After a SIGKILL its orphaned backends may hold the shared memory a moment longer,
+        and the new postmaster refuses to start until they are gone: try again briefly.
+        """
         self.stop(mode)
+        for _ in range(40):
+            try:
+                return self.start()
+            except RuntimeError:
+                time.sleep(0.25)
         return self.start()
 
     def sql(

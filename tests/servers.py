@@ -125,3 +125,16 @@ def wait_ready(serve: Serve, timeout_s: float = 60) -> None:
         time.sleep(0.05)
     serve.kill()
     raise RuntimeError(f"pool serve not ready in {timeout_s} s:\n{serve.output()}")
+
+
+def sighup(serve: Serve) -> str:
+    """Send SIGHUP; return what `pool serve` said about it (reloaded, or refused and why)."""
+    seen = len(serve.output())
+    serve.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        said = serve.output()[seen:]
+        if "configuration reloaded" in said or "reload refused" in said:
+            return said
+        time.sleep(0.05)
+    raise AssertionError(f"no word on SIGHUP:\n{serve.output()}")

@@ -54,22 +54,6 @@ def admissions_of(entries: list[bytes], steward: str, cid: str) -> list[int]:
     ]
 
 
-def restart(server: PgServer, mode: str) -> None:
-    """Stop the server the given way and start it again.
-
-    After a SIGKILL its orphaned backends may hold the shared memory a moment longer, and
-    the new postmaster refuses to start until they are gone: try again briefly.
-    """
-    server.stop(mode)
-    for _ in range(40):
-        try:
-            server.start()
-            return
-        except RuntimeError:
-            time.sleep(0.25)
-    server.start()
-
-
 def until_admitted(http: httpx.Client, cid: str, deadline_s: float = 30) -> dict[str, object]:
     """Submit until a verdict comes: the replica must recover by itself, without a restart."""
     deadline = time.monotonic() + deadline_s
@@ -130,7 +114,7 @@ def test_an_unreachable_server_is_an_error_and_the_replica_recovers_by_itself(
             # A crash drops every connection; the relay then answers nothing, like a host
             # that vanished from the network: each reconnect waits out connect_timeout.
             pg_proxy.silent = True
-            restart(pg_server, "kill")
+            pg_server.restart("kill")
             began = time.monotonic()
             r = ops.post("/v1/claims", json=claim("u1"))
             waited = time.monotonic() - began
@@ -194,7 +178,7 @@ def test_postgres_restarts_and_cut_commits_under_load_on_two_replicas_lose_nothi
                     assert time.monotonic() < deadline, "the load sent no COMMIT to cut"
                     time.sleep(0.01)
             else:
-                restart(pg_server, mode)
+                pg_server.restart(mode)
             figures.faults_injected += 1
             # Both replicas admit again by themselves, neither restarted.
             for i, s in enumerate(serves):

@@ -37,7 +37,7 @@ from joulepool.stores.postgres import PostgresStore
 from joulepool.tree import Entitlement, Tree
 from tests.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
 from tests.reliability.support import MJ, Figures, Told, audit, claim, drive, roomy
-from tests.servers import Deployment, Serve, start_serve
+from tests.servers import Deployment, Serve, sighup, start_serve
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_proxy", "pg_server"]
 
@@ -67,18 +67,6 @@ def _record_figures() -> Iterator[None]:
 def ledger_in_db(dsn: str, ledger: str) -> list[bytes]:
     with PostgresStore(dsn, ledger=ledger) as store:
         return list(store.entries())
-
-
-def restart(server: PgServer, mode: str) -> None:
-    """Stop the server the given way and start it again (a killed one may need a moment)."""
-    server.stop(mode)
-    for _ in range(40):
-        try:
-            server.start()
-            return
-        except RuntimeError:
-            time.sleep(0.25)
-    server.start()
 
 
 def frozen_holding_the_lock(server: PgServer, serve: Serve, app: str) -> int:
@@ -235,19 +223,6 @@ def no_borrowing(tree: Tree, node: str) -> Tree:
     )
 
 
-def sighup(serve: Serve) -> str:
-    """Send SIGHUP; return what `pool serve` said about it."""
-    seen = len(serve.output())
-    serve.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        said = serve.output()[seen:]
-        if "configuration reloaded" in said or "reload refused" in said:
-            return said
-        time.sleep(0.05)
-    raise AssertionError(f"no word on SIGHUP:\n{serve.output()}")
-
-
 def readyz(serve: Serve) -> httpx.Response:
     return httpx.get(f"{serve.url}/readyz", timeout=10)
 
@@ -343,7 +318,7 @@ def test_readyz_is_503_within_a_bound_while_postgresql_is_down_or_silent(
         # The server is gone and the network answers nothing: every probe is answered
         # within the probe's bound, 503 store_unavailable, and logged once.
         pg_proxy.silent = True
-        restart(pg_server, "kill")
+        pg_server.restart("kill")
         for _ in range(4):
             began = time.monotonic()
             r = readyz(serve)

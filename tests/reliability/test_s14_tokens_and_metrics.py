@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from joulepool.deployment import CONFIG, TOKENS, read_config, write_config
 from joulepool.tree import Tree
 from tests.reliability.support import TEAMS, Figures, claim
-from tests.servers import Deployment, Serve, pool_cli, serving, start_serve
+from tests.servers import Deployment, Serve, pool_cli, serving, sighup, start_serve
 
 _figures = Figures("s14_tokens_and_metrics")
 # Per-entitlement usage in the current budget period, and the period's bounds (issue 15).
@@ -67,19 +65,6 @@ class Served:
     serve: Serve
     scraper: str
     research: str
-
-
-def sighup(serve: Serve) -> str:
-    """Send SIGHUP; return what `pool serve` logged about it."""
-    seen = len(serve.output())
-    serve.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        said = serve.output()[seen:]
-        if "configuration reloaded" in said or "reload refused" in said:
-            return said
-        time.sleep(0.05)
-    raise AssertionError(f"no word on SIGHUP:\n{serve.output()}")
 
 
 @pytest.fixture(scope="module")
