@@ -143,9 +143,12 @@ class Pool:
         replay_workers: int = 1,
         progress: Callable[[int], None] | None = None,
         acknowledged: Sequence[Mark] = (),
+        read_only: bool = False,
     ) -> None:
-        if key.seed is None:
+        # A reader (`pool usage` beside `pool serve`) seals nothing, so needs no secret.
+        if key.seed is None and not read_only:
             raise PoolError("the steward's key must include its secret to seal entries")
+        self.read_only = read_only
         self.key = key
         self.store = store
         self.idle_policy = idle_policy if idle_policy is not None else IdlePolicy()
@@ -503,18 +506,28 @@ class Pool:
 
 
 def open_pool(
-    folder: Path, *, replay_workers: int = 1, progress: Callable[[int], None] | None = None
+    folder: Path,
+    *,
+    replay_workers: int = 1,
+    progress: Callable[[int], None] | None = None,
+    read_only: bool = False,
 ) -> Pool:
-    """Open a deployment folder: its tree, its steward key and its ledger file (§6.1)."""
+    """Open a deployment folder: its tree, its steward key and its ledger file (§6.1).
+
+    `read_only` opens a reader that needs neither the writer's lock nor the secret key, so
+    it works while `pool serve` runs: it reads the entries whole when it opened (issue 16);
+    `pool.store.writer_pid` names the writer it read beside, if any.
+    """
     import sys
 
-    from joulepool.deployment import CONFIG, KEY, LEDGER, WITNESSES, read_config
+    from joulepool.deployment import CONFIG, KEY, LEDGER, PUBLIC_KEY, WITNESSES, read_config
     from joulepool.ledger.keys import load_key_file
     from joulepool.stores.file import FileStore
     from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
-    key = load_key_file(folder / KEY, require_secret=True)
+    key_file = folder / (PUBLIC_KEY if read_only else KEY)
+    key = load_key_file(key_file, require_secret=not read_only)
     if key.kid != config.steward:
         raise PoolError(
             f"{folder / KEY}: the key's kid {key.kid!r} is not the steward {config.steward!r} "
@@ -523,7 +536,7 @@ def open_pool(
     marks, problems = kept_marks(folder / WITNESSES, config.steward)
     for problem in problems:
         print(f"pool: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
-    store = FileStore(folder / LEDGER)
+    store = FileStore(folder / LEDGER, writer=not read_only)
     try:
         return Pool(
             config.tree,
@@ -535,6 +548,7 @@ def open_pool(
             replay_workers=replay_workers,
             progress=progress,
             acknowledged=marks,
+            read_only=read_only,
         )
     except BaseException:
         store.close()

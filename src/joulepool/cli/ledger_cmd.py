@@ -205,6 +205,7 @@ def _verify(args: argparse.Namespace) -> int:
         "head_hex": replayer.head.hex(),
         "attestation": report.attestation.value,
         "acknowledged": high.length if high is not None else None,
+        "writer_pid": store.writer_pid,
     }
     if report.through is not None:
         result["witnessed_through"] = report.through
@@ -214,6 +215,8 @@ def _verify(args: argparse.Namespace) -> int:
             f"ledger {args.file}: {replayer.length} entries verified (signatures, chain, events)"
         )
         c.print(f"steward {key.kid}, head {replayer.head.hex()}")
+        if store.writer_pid is not None:
+            c.print(beside_writer(store.writer_pid))
         if high is None:
             c.print("high-water record: none beside this file (not a deployment's ledger)")
         else:
@@ -253,6 +256,14 @@ def entry_rows(
         except EntryMalformed as exc:
             raise LedgerRefused(i, "malformed", f"changed since it was verified: {exc}") from None
         yield {"seq": i, "address_hex": content_address(raw).hex(), **event.to_json()}
+
+
+def beside_writer(pid: int) -> str:
+    """What a reader says when a writer held the ledger as it read (issue 16)."""
+    return (
+        f"read beside the running writer (pid {pid}): up to the last whole entry when this "
+        "command opened the ledger; later appends are not in this answer"
+    )
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -297,8 +308,10 @@ def _show(args: argparse.Namespace) -> int:
                 right=["seq", "energy", "borrowed"],
             )
         )
+        if store.writer_pid is not None:
+            c.print(beside_writer(store.writer_pid))
 
-    emit(args, {"entries": rows}, human)
+    emit(args, {"entries": rows, "writer_pid": store.writer_pid}, human)
     return 0
 
 
@@ -319,6 +332,7 @@ def _usage(args: argparse.Namespace) -> int:
         "length": replayer.length,
         "usage": figures,
         "open_claims": replayer.state.open_claims(),
+        "writer_pid": store.writer_pid,
     }
 
     def human(c: Console) -> None:
@@ -339,6 +353,8 @@ def _usage(args: argparse.Namespace) -> int:
                 right=["spent", "reserved", "devices held", "running"],
             )
         )
+        if store.writer_pid is not None:
+            c.print(beside_writer(store.writer_pid))
 
     emit(args, result, human)
     return 0
