@@ -34,6 +34,7 @@ from joulepool.ledger.fold import LedgerState, PeriodFigures
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import replay
 from joulepool.ledger.rollback import Mark
+from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
 from joulepool.tree import EntitlementUsage, Tree
@@ -144,6 +145,7 @@ class Pool:
         progress: Callable[[int], None] | None = None,
         acknowledged: Sequence[Mark] = (),
         read_only: bool = False,
+        keys: KeySchedule | None = None,
     ) -> None:
         # A reader (`pool usage` beside `pool serve`) seals nothing, so needs no secret.
         if key.seed is None and not read_only:
@@ -162,10 +164,18 @@ class Pool:
         # A restart never hands a tenant its spent guarantee back (§6.1): not by replaying a
         # damaged ledger, and not by replaying one shorter than what was acknowledged.
         refuse_rollback(store, acknowledged)
+        # The steward's keys over time (DESIGN.md §4, key rotation): each entry verifies
+        # under the key in force at its index; the one sealing from here is the last.
+        schedule = keys if keys is not None else KeySchedule(key.kid, key.public_key)
+        if not read_only and key.public_key != schedule.current_key:
+            raise PoolError(
+                f"the steward key {key.public_key.hex()} is not the key in force "
+                f"({schedule.current_key.hex()}) after {len(schedule.statements)} rotations"
+            )
         self._replayer = replay(
             store.entries(),
             key.kid,
-            key.public_key,
+            schedule,
             tree,
             schedule=period,
             workers=replay_workers,
@@ -178,6 +188,28 @@ class Pool:
     def steward(self) -> str:
         """The steward's identifier: the kid of every entry."""
         return self.key.kid
+
+    @property
+    def keys(self) -> KeySchedule:
+        """The steward's verified keys over time (DESIGN.md §4, key rotation)."""
+        return self._replayer.keys
+
+    def rotate_key(self, put_in_force: Callable[[int], KeyPair]) -> int:
+        """Hand sealing to a new key from the next entry on (DESIGN.md §4, key rotation).
+
+        `put_in_force(length)` writes the rotation statement for `from_seq = length` (adding
+        it to `keys`) and returns the incoming key; it runs under the commit lock, so no
+        entry is sealed between the statement and the switch. Returns that `from_seq`.
+        """
+        if self.read_only:
+            raise StoreError("a read-only pool seals nothing, so rotates no key")
+        with self._commit_lock:
+            length = self._replayer.length
+            incoming = put_in_force(length)
+            if incoming.public_key != self.keys.key_at(length) or incoming.kid != self.steward:
+                raise PoolError("the incoming key is not the one the rotation put in force")
+            self.key = incoming
+            return length
 
     @property
     def tree(self) -> Tree:
@@ -481,7 +513,7 @@ class Pool:
                 replayer = replay(
                     self.store.entries(),
                     self.key.kid,
-                    self.key.public_key,
+                    self.keys,
                     tree,
                     schedule=period,
                 )
@@ -520,14 +552,13 @@ def open_pool(
     """
     import sys
 
-    from joulepool.deployment import CONFIG, KEY, LEDGER, PUBLIC_KEY, WITNESSES, read_config
-    from joulepool.ledger.keys import load_key_file
+    from joulepool.deployment import CONFIG, KEY, LEDGER, WITNESSES, read_config
+    from joulepool.steward_keys import deployment_keys, rotate_pending
     from joulepool.stores.file import FileStore
     from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
-    key_file = folder / (PUBLIC_KEY if read_only else KEY)
-    key = load_key_file(key_file, require_secret=not read_only)
+    key, keys = deployment_keys(folder, read_only=read_only)
     if key.kid != config.steward:
         raise PoolError(
             f"{folder / KEY}: the key's kid {key.kid!r} is not the steward {config.steward!r} "
@@ -538,7 +569,7 @@ def open_pool(
         print(f"pool: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
     store = FileStore(folder / LEDGER, writer=not read_only)
     try:
-        return Pool(
+        pool = Pool(
             config.tree,
             key,
             store,
@@ -549,7 +580,15 @@ def open_pool(
             progress=progress,
             acknowledged=marks,
             read_only=read_only,
+            keys=keys,
         )
     except BaseException:
         store.close()
         raise
+    if not read_only:
+        # A key `pool keys rotate` left pending goes into force at the next start.
+        try:
+            rotate_pending(folder, pool)
+        except PoolError as exc:
+            print(f"pool: warning: the pending steward key is not in force: {exc}", file=sys.stderr)
+    return pool

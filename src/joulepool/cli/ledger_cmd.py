@@ -101,10 +101,15 @@ def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
     hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1)."""
     from joulepool.errors import LedgerRefused
     from joulepool.ledger.replay import replay
+    from joulepool.steward_keys import statements_for
     from joulepool.stores.file import FileStore
 
     where = locate(args.file, args.key, getattr(args, "witnesses", None))
     key = steward_key(where.key, bool(args.key))
+    # The key is the trust anchor; rotation statements beside the ledger (or --rotations)
+    # say which key seals which entries, and are verified before any entry (DESIGN.md §4).
+    rotations = getattr(args, "rotations", None)
+    keys = statements_for(where.ledger, key, Path(rotations) if rotations else None)
     store = FileStore(where.ledger, writer=False)
     workers = args.workers if args.workers else min(os.cpu_count() or 1, 4)
     if len(store) < 2_000:
@@ -113,7 +118,7 @@ def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
         replayer = _with_progress(
             len(store),
             lambda progress: replay(
-                store.entries(), key.kid, key.public_key, workers=workers, progress=progress
+                store.entries(), key.kid, keys, workers=workers, progress=progress
             ),
         )
         if store.tail is not None:
@@ -172,11 +177,23 @@ def _attestation(
 def _verify(args: argparse.Namespace) -> int:
     from joulepool.errors import InvalidInput, LedgerRefused
     from joulepool.ledger.rollback import HighWaterMissing, LedgerRolledBack
+    from joulepool.ledger.rotation import RotationRefused
 
     if len(args.receipt) != len(args.witness_key):
         raise InvalidInput("--receipt", "give one --witness-key for each --receipt")
     try:
         store, key, replayer = verified(args)
+    except RotationRefused as bad:
+        rotation = bad
+        out_bad = {"ok": False, "error": "bad_rotation", "index": bad.index, "detail": bad.detail}
+        emit(
+            args,
+            out_bad,
+            lambda c: c.print(
+                f"REFUSED: rotation statement {rotation.index}: bad_rotation: {rotation.detail}"
+            ),
+        )
+        return 1
     except LedgerRefused as refused:
         exc = refused
         failure = {"ok": False, "index": exc.index, "error": exc.error, "detail": exc.detail}
@@ -206,6 +223,7 @@ def _verify(args: argparse.Namespace) -> int:
         "attestation": report.attestation.value,
         "acknowledged": high.length if high is not None else None,
         "writer_pid": store.writer_pid,
+        "rotations": len(replayer.keys.statements),
     }
     if report.through is not None:
         result["witnessed_through"] = report.through
@@ -215,6 +233,11 @@ def _verify(args: argparse.Namespace) -> int:
             f"ledger {args.file}: {replayer.length} entries verified (signatures, chain, events)"
         )
         c.print(f"steward {key.kid}, head {replayer.head.hex()}")
+        if replayer.keys.statements:
+            c.print(
+                f"steward keys: {len(replayer.keys.statements)} rotation statements verified "
+                f"from the first key; the key in force is {replayer.keys.current_key.hex()}"
+            )
         if store.writer_pid is not None:
             c.print(beside_writer(store.writer_pid))
         if high is None:
@@ -417,10 +440,16 @@ def _acknowledge(args: argparse.Namespace) -> int:
         key_path, witnesses = where.key, where.witnesses
         store = FileStore(where.ledger)
     try:
+        from joulepool.steward_keys import statements_for
+
         key = steward_key(key_path, bool(args.key))
+        given = Path(args.rotations) if args.rotations else None
+        keys = (
+            statements_for(Path(store.name), key, given) if args.file or given else key.public_key
+        )
         # Only a ledger that verifies whole may be acknowledged.
         try:
-            replayer = replay(store.entries(), key.kid, key.public_key)
+            replayer = replay(store.entries(), key.kid, keys)
         except LedgerRefused as exc:
             raise InvalidInput(
                 "ledger", f"it does not verify, so it cannot be acknowledged: {exc}"
@@ -493,6 +522,15 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_rotations(p: argparse.ArgumentParser) -> None:
+    """`--rotations DIR`: the steward's key rotation statements (DESIGN.md §4)."""
+    p.add_argument(
+        "--rotations",
+        metavar="DIR",
+        help="the key rotation statements, NNNNNNNN.cose in order (default: rotations/ beside FILE)",
+    )
+
+
 def _add_reading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "file", metavar="FILE|DIR", help="the ledger file (a CBOR sequence) or deployment folder"
@@ -500,8 +538,9 @@ def _add_reading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--key",
         metavar="KEYFILE",
-        help="the steward's public key (default: steward.pub beside FILE)",
+        help="the steward's first public key (default: steward.pub beside FILE)",
     )
+    add_rotations(p)
     p.add_argument(
         "--workers", type=int, default=0, help="processes verifying signatures (default: up to 4)"
     )
@@ -576,6 +615,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a.add_argument("file", metavar="FILE|DIR", nargs="?", help="a ledger file or deployment folder")
     a.add_argument("--key", metavar="KEYFILE", help="the steward's public key (default: beside)")
     a.add_argument("--witnesses", metavar="DIR", help="kept receipts (default: witnesses/ beside)")
+    add_rotations(a)
     a.add_argument(
         "--postgres", metavar="DSN", help="a ledger in PostgreSQL (with --ledger, --key)"
     )

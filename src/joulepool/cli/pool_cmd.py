@@ -297,7 +297,9 @@ def _estimate(args: argparse.Namespace) -> int:
             )
         c.print(source_words(source))
 
-    emit(args, {**result.to_json(), "read": source}, human)
+    # The JSON is the one estimate answer of every surface (DESIGN.md §3): where it was
+    # read from is said to people only.
+    emit(args, result.to_json(), human)
     return 0 if isinstance(result, Derived) else 3
 
 

@@ -38,6 +38,7 @@ from joulepool.ledger.cose import (
 )
 from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
+from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import NONE, Schedule
 from joulepool.tree import Tree
 
@@ -98,12 +99,15 @@ class Replayer:
     def __init__(
         self,
         steward: str,
-        public_key: bytes,
+        public_key: bytes | KeySchedule,
         tree: Tree | None = None,
         schedule: Schedule = NONE,
     ) -> None:
         self.steward = steward
-        self.public_key = public_key
+        # One key, or the steward's keys over time (DESIGN.md §4, key rotation).
+        self.keys = (
+            public_key if isinstance(public_key, KeySchedule) else KeySchedule(steward, public_key)
+        )
         self.state = LedgerState(tree if tree is not None else Tree([]), schedule)
         self.head = GENESIS
 
@@ -111,6 +115,11 @@ class Replayer:
     def length(self) -> int:
         """Entries verified and folded so far."""
         return self.state.length
+
+    @property
+    def public_key(self) -> bytes:
+        """The key that must verify the next entry (DESIGN.md §4, key rotation)."""
+        return self.keys.key_at(self.state.length)
 
     def feed(self, raw: bytes) -> Event:
         """Verify the entry at index `length` completely and fold it (DESIGN.md §4)."""
@@ -150,7 +159,7 @@ class Replayer:
 def replay(
     entries: Iterable[bytes],
     steward: str,
-    public_key: bytes,
+    public_key: bytes | KeySchedule,
     tree: Tree | None = None,
     *,
     schedule: Schedule = NONE,
@@ -161,6 +170,8 @@ def replay(
 
     Raises `LedgerRefused(index, error)` at the first failing entry; nothing partial is
     returned. With `workers > 1` the signatures are checked in that many processes.
+    `public_key` is the steward's one key, or a `KeySchedule` of its verified rotations:
+    entry i must verify under the key in force at i, else `bad_signature` (DESIGN.md §4).
     `schedule` groups each claim's figures by budget period (DESIGN.md §3).
     """
     replayer = Replayer(steward, public_key, tree, schedule)
@@ -189,10 +200,19 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _batches(entries: Iterable[bytes]) -> Iterator[list[bytes]]:
+def _batches(entries: Iterable[bytes], keys: KeySchedule) -> Iterator[tuple[list[bytes], bytes]]:
+    """Batches of entries, each with the one key that must verify all of it: a batch ends
+    where a rotation hands the entries to another key (DESIGN.md §4)."""
     source = iter(entries)
-    while batch := list(itertools.islice(source, BATCH)):
-        yield batch
+    position = 0
+    while True:
+        change = keys.next_change(position)
+        size = BATCH if change is None else min(BATCH, change - position)
+        batch = list(itertools.islice(source, size))
+        if not batch:
+            return
+        yield batch, keys.key_at(position)
+        position += len(batch)
 
 
 def _replay_serial(
@@ -201,8 +221,7 @@ def _replay_serial(
     # In batches, in three passes: open, verify, chain. Interleaved entry by entry, the
     # signature arithmetic and the interpreter keep evicting each other from the CPU's
     # caches, which cost about 4 µs an entry (a tenth of a verification) on top of the work.
-    public_key = replayer.public_key
-    for batch in _batches(entries):
+    for batch, public_key in _batches(entries, replayer.keys):
         opened, refusal = _open_batch(batch, replayer.steward)
         bad = first_forged(map(_SIGNED_PARTS, opened), public_key)
         _chain_batch(replayer, opened, bad, refusal)
@@ -240,19 +259,20 @@ def _replay_parallel(
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as executor:
         pending: deque[tuple[list[Envelope], Refusal | None, Future[int | None]]] = deque()
-        source = _batches(entries)
+        source = _batches(entries, replayer.keys)
         exhausted = False
         while True:
             # Keep a bounded number of batches in flight, so memory stays flat.
             while not exhausted and len(pending) < 2 * workers:
-                batch = next(source, None)
-                if batch is None:
+                item = next(source, None)
+                if item is None:
                     exhausted = True
                     break
+                batch, public_key = item
                 opened, refusal = _open_batch(batch, replayer.steward)
                 # Only the signed parts travel: pickling a decoded core costs more than it saves.
                 parts = list(map(_SIGNED_PARTS, opened))
-                future = executor.submit(_verify_batch, (parts, replayer.public_key))
+                future = executor.submit(_verify_batch, (parts, public_key))
                 pending.append((opened, refusal, future))
                 if refusal is not None:
                     exhausted = True  # nothing after the first refusal can count
