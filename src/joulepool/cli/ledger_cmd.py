@@ -96,9 +96,71 @@ def _with_progress(total: int, run: Callable[[Callable[[int], None] | None], Rep
         return run(lambda n: bar.update(task, completed=n))
 
 
-def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
+def snapshot_checks(
+    ledger: Path, steward: str, keys: Any
+) -> tuple[dict[int, Callable[[Replayer], None]], list[dict[str, Any]]]:
+    """Stops for a full replay that compare each kept state snapshot with the replayed state
+    at its length (DESIGN.md §4), and the list their findings go to, one row a snapshot.
+
+    Compared: head, length, last instant, all-time usage, open and released claims, class
+    history, and the per-period sums when the snapshot was folded without a period schedule
+    (this replay groups by none).
+    """
+    from joulepool.errors import PoolError
+    from joulepool.ledger.fold import capture
+    from joulepool.ledger.snapshot import (
+        SnapshotFolder,
+        SnapshotRefused,
+        decode_state,
+        open_snapshot,
+    )
+    from joulepool.periods import NONE, Schedule
+    from joulepool.tree import Tree
+
+    found: list[dict[str, Any]] = []
+    stops: dict[int, Callable[[Replayer], None]] = {}
+    for length, raw in SnapshotFolder.beside(ledger).newest_first():
+        row: dict[str, Any] = {"length": length}
+        found.append(row)
+        try:
+            if isinstance(raw, SnapshotRefused):
+                raise raw
+            snap = open_snapshot(raw, steward, keys)
+            schedule = Schedule.from_json(snap.schedule, "snapshot schedule")
+            theirs = capture(decode_state(snap, Tree([]), schedule))
+        except PoolError as exc:
+            row |= {"agrees": False, "detail": f"refused: {exc}"}
+            continue
+        stops[length] = _comparison(row, theirs, snap.head, schedule == NONE)
+    return stops, found
+
+
+def _comparison(
+    row: dict[str, Any], theirs: Any, head: bytes, same_schedule: bool
+) -> Callable[[Replayer], None]:
+    def stop(replayer: Replayer) -> None:
+        from joulepool.ledger.fold import capture
+
+        ours = capture(replayer.state)
+        fields = ["length", "last_at_ms", "usage", "open", "closed", "history"]
+        if same_schedule:
+            fields.append("periods")
+        differ = [f for f in fields if getattr(ours, f) != getattr(theirs, f)]
+        if replayer.head != head:
+            differ.insert(0, "head")
+        row["agrees"] = not differ
+        if differ:
+            row["detail"] = "differs from the replay in: " + ", ".join(differ)
+
+    return stop
+
+
+def verified(
+    args: argparse.Namespace, snapshots: list[dict[str, Any]] | None = None
+) -> tuple[FileStore, KeyPair, Replayer]:
     """Open the ledger read-only and replay it, or raise `LedgerRefused` at its index; then
-    hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1)."""
+    hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1). Given `snapshots`,
+    the kept state snapshots are compared with the replay and a row each is added there."""
     from joulepool.errors import LedgerRefused
     from joulepool.ledger.replay import replay
     from joulepool.steward_keys import statements_for
@@ -110,6 +172,10 @@ def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
     # say which key seals which entries, and are verified before any entry (DESIGN.md §4).
     rotations = getattr(args, "rotations", None)
     keys = statements_for(where.ledger, key, Path(rotations) if rotations else None)
+    stops: dict[int, Callable[[Replayer], None]] = {}
+    if snapshots is not None:
+        stops, rows = snapshot_checks(where.ledger, key.kid, keys)
+        snapshots.extend(rows)
     store = FileStore(where.ledger, writer=False)
     workers = args.workers if args.workers else min(os.cpu_count() or 1, 4)
     if len(store) < 2_000:
@@ -118,7 +184,7 @@ def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
         replayer = _with_progress(
             len(store),
             lambda progress: replay(
-                store.entries(), key.kid, keys, workers=workers, progress=progress
+                store.entries(), key.kid, keys, workers=workers, progress=progress, stops=stops
             ),
         )
         if store.tail is not None:
@@ -181,8 +247,9 @@ def _verify(args: argparse.Namespace) -> int:
 
     if len(args.receipt) != len(args.witness_key):
         raise InvalidInput("--receipt", "give one --witness-key for each --receipt")
+    snapshots: list[dict[str, Any]] = []
     try:
-        store, key, replayer = verified(args)
+        store, key, replayer = verified(args, snapshots)
     except RotationRefused as bad:
         rotation = bad
         out_bad = {"ok": False, "error": "bad_rotation", "index": bad.index, "detail": bad.detail}
@@ -224,7 +291,15 @@ def _verify(args: argparse.Namespace) -> int:
         "acknowledged": high.length if high is not None else None,
         "writer_pid": store.writer_pid,
         "rotations": len(replayer.keys.statements),
+        "snapshots": snapshots,
     }
+    for row in snapshots:
+        # A snapshot the replay never reached (length 0, or past the ledger) was not compared.
+        if row["length"] == 0:
+            row.setdefault("agrees", True)
+        row.setdefault("agrees", False)
+        if not row["agrees"]:
+            row.setdefault("detail", "longer than the ledger: this replay never reached it")
     if report.through is not None:
         result["witnessed_through"] = report.through
 
@@ -244,6 +319,11 @@ def _verify(args: argparse.Namespace) -> int:
             c.print("high-water record: none beside this file (not a deployment's ledger)")
         else:
             c.print(f"high-water record: {high.length} entries acknowledged, all present")
+        for row in snapshots:
+            if row["agrees"]:
+                c.print(f"state snapshot at {row['length']}: agrees with the replay")
+            else:
+                c.print(f"state snapshot at {row['length']}: DISAGREES: {row['detail']}")
         if report.through is None:
             c.print("attestation: self-attested (no witness receipt covers this ledger)")
         else:
@@ -254,7 +334,8 @@ def _verify(args: argparse.Namespace) -> int:
             )
 
     emit(args, result, human)
-    return 0
+    # A snapshot that disagrees would be trusted at the next start: the status says so.
+    return 0 if all(row["agrees"] for row in snapshots) else 1
 
 
 def entry_rows(

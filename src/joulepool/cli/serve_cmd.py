@@ -58,6 +58,7 @@ def build_service(
         read_config,
     )
     from joulepool.errors import PoolError
+    from joulepool.ledger.snapshot import SnapshotFolder
     from joulepool.pool import Pool
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
@@ -117,6 +118,8 @@ def build_service(
                 replay_workers=replay_workers,
                 acknowledged=marks,
                 keys=keys,
+                # State snapshots beside a ledger file (DESIGN.md §4); PostgreSQL replays.
+                snapshots=None if postgres else SnapshotFolder.beside(folder / LEDGER),
             )
         except BaseException:
             store.close()

@@ -289,3 +289,60 @@ class LedgerState:
             if sums is not None and sums[2] > 0:
                 out.append(PeriodFigures(self.schedule.period(index), *sums))
         return out
+
+
+class StateCopy(NamedTuple):
+    """A consistent copy of a `LedgerState`, taken under the writer's lock in C-speed dict and
+    list copies, so that encoding it (a state snapshot, DESIGN.md §4) can run outside it."""
+
+    length: int
+    last_at_ms: int
+    usage: dict[str, tuple[int, int, int, int]]
+    open: dict[str, tuple[Admitted, int]]
+    closed: dict[str, tuple[int, int]]
+    history: dict[str, list[tuple[str, int, Grade]]]
+    periods: dict[int, dict[str, list[int]]]
+
+
+def capture(state: LedgerState) -> StateCopy:
+    """Copy what a state snapshot holds; the caller holds the lock the fold runs under."""
+    usage = {
+        i: (f.spent_uj, f.reserved_uj, f.held_devices, f.running_claims)
+        for i in state.usage.ids()
+        for f in (state.usage.of(i),)
+    }
+    return StateCopy(
+        state.length,
+        state.last_at_ms,
+        usage,
+        state._open.copy(),
+        state._closed.copy(),
+        {k: v.copy() for k, v in state._history.items()},
+        {p: {e: s.copy() for e, s in ents.items()} for p, ents in state._periods.items()},
+    )
+
+
+def restore(tree: Tree, schedule: Schedule, copy: StateCopy) -> LedgerState:
+    """A `LedgerState` holding exactly `copy`, to fold a ledger's tail onto (DESIGN.md §4).
+
+    Raises `ValueError` (or `InvalidInput`, a figure below zero) on figures that cannot be a
+    fold's; the caller then ignores the snapshot as a whole.
+    """
+    state = LedgerState(tree, schedule)
+    for ent, (spent, reserved, held, running) in copy.usage.items():
+        state.usage.move(
+            ent, spent_uj=spent, reserved_uj=reserved, held_devices=held, running_claims=running
+        )
+    for claim, (_, seq) in copy.open.items():
+        if claim in copy.closed or not 0 <= seq < copy.length:
+            raise ValueError(f"open claim {brief(claim)} at {seq} cannot be")
+    for claim, (a, r) in copy.closed.items():
+        if not 0 <= a < r < copy.length:
+            raise ValueError(f"closed claim {brief(claim)} at {a}, {r} cannot be")
+    state._open = copy.open
+    state._closed = copy.closed
+    state._history = copy.history
+    state._periods = copy.periods
+    state.last_at_ms = copy.last_at_ms
+    state._length = copy.length
+    return state

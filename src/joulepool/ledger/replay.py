@@ -19,7 +19,7 @@ import itertools
 import multiprocessing
 import operator
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -165,6 +165,8 @@ def replay(
     schedule: Schedule = NONE,
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
+    start: tuple[LedgerState, bytes] | None = None,
+    stops: Mapping[int, Callable[[Replayer], None]] | None = None,
 ) -> Replayer:
     """Verify every entry and fold the ledger into usage (§6.1, §6.4, §6.5).
 
@@ -172,14 +174,20 @@ def replay(
     returned. With `workers > 1` the signatures are checked in that many processes.
     `public_key` is the steward's one key, or a `KeySchedule` of its verified rotations:
     entry i must verify under the key in force at i, else `bad_signature` (DESIGN.md §4).
+    `start` is a state and head to fold on from (a verified snapshot, DESIGN.md §4): then
+    `entries` are the ledger's from that state's length. `stops` are called, each with the
+    replayer, when the fold reaches their lengths (a full verification comparing snapshots).
     `schedule` groups each claim's figures by budget period (DESIGN.md §3).
     """
     replayer = Replayer(steward, public_key, tree, schedule)
+    if start is not None:
+        replayer.state, replayer.head = start
+    halts = dict(stops or {})
     with _collector_paused():
         if workers <= 1:
-            _replay_serial(replayer, entries, progress)
+            _replay_serial(replayer, entries, progress, halts)
         else:
-            _replay_parallel(replayer, entries, workers, progress)
+            _replay_parallel(replayer, entries, workers, progress, halts)
     if progress is not None:
         progress(replayer.length)
     return replayer
@@ -200,14 +208,21 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _batches(entries: Iterable[bytes], keys: KeySchedule) -> Iterator[tuple[list[bytes], bytes]]:
-    """Batches of entries, each with the one key that must verify all of it: a batch ends
-    where a rotation hands the entries to another key (DESIGN.md §4)."""
+def _batches(
+    entries: Iterable[bytes], keys: KeySchedule, position: int, stops: Mapping[int, object]
+) -> Iterator[tuple[list[bytes], bytes]]:
+    """Batches of entries from index `position`, each with the one key that must verify all
+    of it: a batch ends where a rotation hands the entries to another key (DESIGN.md §4), and
+    at each of `stops`."""
     source = iter(entries)
-    position = 0
+    ahead = sorted(stops)
     while True:
         change = keys.next_change(position)
         size = BATCH if change is None else min(BATCH, change - position)
+        while ahead and ahead[0] <= position:
+            ahead.pop(0)
+        if ahead:
+            size = min(size, ahead[0] - position)
         batch = list(itertools.islice(source, size))
         if not batch:
             return
@@ -216,15 +231,21 @@ def _batches(entries: Iterable[bytes], keys: KeySchedule) -> Iterator[tuple[list
 
 
 def _replay_serial(
-    replayer: Replayer, entries: Iterable[bytes], progress: Callable[[int], None] | None
+    replayer: Replayer,
+    entries: Iterable[bytes],
+    progress: Callable[[int], None] | None,
+    stops: Mapping[int, Callable[[Replayer], None]],
 ) -> None:
     # In batches, in three passes: open, verify, chain. Interleaved entry by entry, the
     # signature arithmetic and the interpreter keep evicting each other from the CPU's
     # caches, which cost about 4 µs an entry (a tenth of a verification) on top of the work.
-    for batch, public_key in _batches(entries, replayer.keys):
+    for batch, public_key in _batches(entries, replayer.keys, replayer.length, stops):
         opened, refusal = _open_batch(batch, replayer.steward)
         bad = first_forged(map(_SIGNED_PARTS, opened), public_key)
         _chain_batch(replayer, opened, bad, refusal)
+        stop = stops.get(replayer.length)
+        if stop is not None:
+            stop(replayer)
         if progress is not None:
             progress(replayer.length)
 
@@ -252,6 +273,7 @@ def _replay_parallel(
     entries: Iterable[bytes],
     workers: int,
     progress: Callable[[int], None] | None,
+    stops: Mapping[int, Callable[[Replayer], None]],
 ) -> None:
     # Only the signature check, nine tenths of the work, goes to the workers. Decoding stays
     # here, since the fold needs the core anyway and shipping decoded cores back costs more
@@ -259,7 +281,7 @@ def _replay_parallel(
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as executor:
         pending: deque[tuple[list[Envelope], Refusal | None, Future[int | None]]] = deque()
-        source = _batches(entries, replayer.keys)
+        source = _batches(entries, replayer.keys, replayer.length, stops)
         exhausted = False
         while True:
             # Keep a bounded number of batches in flight, so memory stays flat.
@@ -285,6 +307,9 @@ def _replay_parallel(
                 for _, _, later in pending:
                     later.cancel()
                 raise
+            stop = stops.get(replayer.length)
+            if stop is not None:
+                stop(replayer)
             if progress is not None:
                 progress(replayer.length)
 
