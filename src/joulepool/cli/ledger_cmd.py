@@ -565,6 +565,53 @@ def _acknowledge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backup(args: argparse.Namespace) -> int:
+    from joulepool.backup import backup
+
+    result = backup(Path(args.dir), Path(args.out), with_secret_key=args.with_secret_key)
+    key_words = (
+        "with the secret key" if args.with_secret_key else "without the secret key (keep it apart)"
+    )
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"{args.out}: backup of {args.dir} at ledger length {result['length']} "
+            f"(head {result['head_hex'][:16]}), verified, {key_words}"
+        ),
+    )
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from joulepool.backup import RestoreWouldLose, restore
+
+    try:
+        lost = restore(Path(args.backup), Path(args.dir), accept_loss=args.accept_loss)
+    except RestoreWouldLose as refused:
+        loss = refused.loss
+        out = {"ok": False, "error": refused.code, **loss.to_json()}
+
+        def refuse(c: Console) -> None:
+            c.print(f"REFUSED: {loss.sentence()}")
+            for row in loss.entries:
+                c.print(f"  would lose entry {row['seq']}: {row['event']} {row['claim']}")
+            c.print("run again with --accept-loss to restore anyway (the decision is logged)")
+
+        emit(args, out, refuse)
+        return 1
+    result = {"ok": True, "dir": args.dir, **lost.to_json()}
+
+    def human(c: Console) -> None:
+        c.print(f"{args.dir}: restored from {args.backup} at length {lost.backup_length}")
+        c.print(lost.sentence())
+        if lost.lost:
+            c.print(f"the loss was accepted and logged in {Path(args.dir) / 'restore.log'}")
+
+    emit(args, result, human)
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from joulepool.errors import InvalidInput
     from joulepool.stores.base import Store
@@ -667,6 +714,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     e.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     add_json(e)
     e.set_defaults(handler=_export)
+
+    b = lsub.add_parser(
+        "backup", help="copy a deployment, consistent at one length (works beside pool serve)"
+    )
+    b.add_argument("dir", metavar="DIR", help="the deployment folder")
+    b.add_argument("out", metavar="OUT", help="a new folder for the backup")
+    b.add_argument(
+        "--with-secret-key", action="store_true", help="also copy steward.key (left out by default)"
+    )
+    add_json(b)
+    b.set_defaults(handler=_backup)
+
+    s = lsub.add_parser(
+        "restore", help="put a backup in place; says what acknowledged entries it loses"
+    )
+    s.add_argument("backup", metavar="BACKUP", help="a folder `pool ledger backup` wrote")
+    s.add_argument("dir", metavar="DIR", help="the deployment folder to restore (replaced)")
+    s.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="proceed although acknowledged entries past the backup are lost (logged)",
+    )
+    add_json(s)
+    s.set_defaults(handler=_restore)
 
     r = lsub.add_parser(
         "recover",
