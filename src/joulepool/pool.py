@@ -46,6 +46,7 @@ from joulepool.ledger.snapshot import (
 )
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
+from joulepool.stores.claim_index import ClaimIndex, open_index
 from joulepool.tree import EntitlementUsage, Tree
 
 log = logging.getLogger("joulepool.pool")
@@ -166,6 +167,7 @@ class Pool:
         snapshots: SnapshotFolder | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
         snapshot_seconds: float = SNAPSHOT_SECONDS,
+        claims: ClaimIndex | None = None,
     ) -> None:
         # A reader (`pool usage` beside `pool serve`) seals nothing, so needs no secret.
         if key.seed is None and not read_only:
@@ -186,6 +188,7 @@ class Pool:
         self._snapshot_seconds = snapshot_seconds
         self._snapshot_thread: threading.Thread | None = None
         self.snapshot_warnings: list[str] = []
+        self._claims = claims
         # The steward's keys over time (DESIGN.md §4, key rotation): each entry verifies
         # under the key in force at its index; the one sealing from here is the last.
         schedule = keys if keys is not None else KeySchedule(key.kid, key.public_key)
@@ -196,6 +199,12 @@ class Pool:
         # damaged ledger, and not by replaying one shorter than what was acknowledged.
         refuse_rollback(store, [*acknowledged, *marks])
         self.started_from = start[0].length if start is not None else 0
+        index = claims
+        if start is None and claims is not None:
+            if read_only:
+                index = None  # a reader replaying from 0 keeps its own set in memory
+            else:
+                claims.reset()  # rebuilt from the ledger as it replays
         if not read_only and key.public_key != schedule.current_key:
             raise PoolError(
                 f"the steward key {key.public_key.hex()} is not the key in force "
@@ -210,7 +219,10 @@ class Pool:
             workers=replay_workers,
             progress=progress,
             start=start,
+            claims=index,
         )
+        if not read_only:
+            self.state.flush_claims()
         self._snapshot_due = self._replayer.length + self._snapshot_every
         self._snapshot_deadline = time.monotonic() + snapshot_seconds
         self._snapshot_length = self.started_from
@@ -237,7 +249,12 @@ class Pool:
                     continue
                 if head_at(store, snap.length) != snap.head:
                     raise SnapshotRefused("its head is not the ledger's head at its length")
-                return (decode_state(snap, tree, period), snap.head), marks
+                claims = self._claims
+                reaches = claims is not None and claims.covers >= snap.length
+                state = decode_state(snap, tree, period, claims if reaches else None)
+                if state.claims is not None:
+                    state.claims.rebase(snap.length)  # rows past it are the tail's again
+                return (state, snap.head), marks
             except SnapshotRefused as exc:
                 warning = f"{where} ignored: {exc}"
                 self.snapshot_warnings.append(warning)
@@ -658,6 +675,8 @@ class Pool:
     def close(self) -> None:
         """Release the store, once a snapshot being written is done."""
         self.wait_for_snapshot()
+        if self._claims is not None:
+            self._claims.close()
         self.store.close()
 
 
@@ -708,6 +727,7 @@ def open_pool(
             keys=keys,
             snapshots=SnapshotFolder.beside(folder / LEDGER),
             snapshot_every=snapshot_every,
+            claims=open_index(folder / LEDGER, read_only=read_only),
         )
     except BaseException:
         store.close()

@@ -54,11 +54,19 @@ def full_replay(folder: Path) -> StateCopy:
         )
         try:
             assert bare.started_from == 0
+            assert bare.state.claims is None  # no index given: every released claim in memory
             return capture(bare.state)
         finally:
             bare.close()
     finally:
         reference.close()
+
+
+def state_of(pool: Pool) -> StateCopy:
+    """The pool's folded state, its released claims read back from the claim index."""
+    copy = capture(pool.state)
+    claims = pool.state.claims
+    return copy if claims is None else copy._replace(closed=dict(claims.items()))
 
 
 def snapshots(folder: Path) -> SnapshotFolder:
@@ -73,7 +81,7 @@ def test_design_s4_start_from_newest_snapshot_equals_full_replay(tmp_path: Path)
     try:
         assert pool.started_from == kept[0]
         assert pool.snapshot_warnings == []
-        assert capture(pool.state) == full_replay(folder)
+        assert state_of(pool) == full_replay(folder)
         # It goes on deciding on the restored state, refusing a reused claim id (§6.4).
         with pytest.raises(Exception, match="admitted before"):
             pool.submit(Claim("c1", "vision", 1, 1, Energy(5, Grade.Estimator)))
@@ -103,7 +111,7 @@ def test_design_s4_damaged_snapshot_is_skipped_never_trusted_in_part(
         assert len(pool.snapshot_warnings) == 1
         assert f"snapshot at {newest}" in pool.snapshot_warnings[0]
         assert why in pool.snapshot_warnings[0]
-        assert capture(pool.state) == full_replay(folder)
+        assert state_of(pool) == full_replay(folder)
     finally:
         pool.close()
 
@@ -132,7 +140,7 @@ def test_design_s4_snapshot_of_another_key_or_head_is_skipped(tmp_path: Path) ->
         warnings = " | ".join(reopened.snapshot_warnings)
         assert "signature does not verify" in warnings
         assert "head is not the ledger's head" in warnings
-        assert capture(reopened.state) == full_replay(folder)
+        assert state_of(reopened) == full_replay(folder)
     finally:
         reopened.close()
 
@@ -145,7 +153,7 @@ def test_design_s4_every_snapshot_bad_replays_from_entry_0(tmp_path: Path) -> No
     try:
         assert pool.started_from == 0
         assert len(pool.snapshot_warnings) == 3
-        assert capture(pool.state) == full_replay(folder)
+        assert state_of(pool) == full_replay(folder)
     finally:
         pool.close()
 
@@ -199,3 +207,50 @@ def test_s6_1_a_snapshot_longer_than_the_ledger_is_a_rollback(tmp_path: Path) ->
         shutil.copy2(saved / name, folder / name)
     with pytest.raises(LedgerRolledBack, match="snapshot"):
         open_pool(folder)
+
+
+def test_s6_4_released_claims_live_in_the_claim_index_not_the_heap(tmp_path: Path) -> None:
+    folder = deployment(tmp_path)
+    index = folder / "ledger.cbor.claims"
+    assert index.is_file()
+    pool = open_pool(folder)
+    try:
+        claims = pool.state.claims
+        assert claims is not None
+        assert pool.started_from > 0
+        assert len(claims) == len(full_replay(folder).closed or {})
+        # §6.4 across a restart from a snapshot: a released id is never admitted again.
+        with pytest.raises(Exception, match="admitted before"):
+            pool.submit(Claim("c2", "vision", 1, 1, Energy(5, Grade.Estimator)))
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "behind"])
+def test_s6_4_claim_index_missing_or_behind_is_rebuilt_from_the_ledger(
+    tmp_path: Path, damage: str
+) -> None:
+    import sqlite3
+
+    folder = deployment(tmp_path)
+    index = folder / "ledger.cbor.claims"
+    if damage == "missing":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{index}{suffix}").unlink(missing_ok=True)
+    else:
+        db = sqlite3.connect(index)
+        db.execute("UPDATE covers SET length = 3")
+        db.commit()
+        db.close()
+    pool = open_pool(folder)
+    try:
+        assert pool.started_from == 0  # no snapshot is usable without the index reaching it
+        assert state_of(pool) == full_replay(folder)
+        assert pool.state.claims is not None and pool.state.claims.covers == pool.length
+    finally:
+        pool.close()
+    again = open_pool(folder)
+    try:
+        assert again.started_from > 0  # rebuilt, the next start uses the snapshot again
+    finally:
+        again.close()

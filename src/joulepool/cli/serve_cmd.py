@@ -63,6 +63,7 @@ def build_service(
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
     from joulepool.steward_keys import deployment_keys, rotate_pending
+    from joulepool.stores.claim_index import open_index
     from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
@@ -120,6 +121,7 @@ def build_service(
                 keys=keys,
                 # State snapshots beside a ledger file (DESIGN.md §4); PostgreSQL replays.
                 snapshots=None if postgres else SnapshotFolder.beside(folder / LEDGER),
+                claims=None if postgres else open_index(folder / LEDGER),
             )
         except BaseException:
             store.close()

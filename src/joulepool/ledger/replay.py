@@ -40,6 +40,7 @@ from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import NONE, Schedule
+from joulepool.stores.claim_index import ClaimIndex
 from joulepool.tree import Tree
 
 BATCH = 512
@@ -102,13 +103,14 @@ class Replayer:
         public_key: bytes | KeySchedule,
         tree: Tree | None = None,
         schedule: Schedule = NONE,
+        claims: ClaimIndex | None = None,
     ) -> None:
         self.steward = steward
         # One key, or the steward's keys over time (DESIGN.md §4, key rotation).
         self.keys = (
             public_key if isinstance(public_key, KeySchedule) else KeySchedule(steward, public_key)
         )
-        self.state = LedgerState(tree if tree is not None else Tree([]), schedule)
+        self.state = LedgerState(tree if tree is not None else Tree([]), schedule, claims)
         self.head = GENESIS
 
     @property
@@ -167,6 +169,7 @@ def replay(
     progress: Callable[[int], None] | None = None,
     start: tuple[LedgerState, bytes] | None = None,
     stops: Mapping[int, Callable[[Replayer], None]] | None = None,
+    claims: ClaimIndex | None = None,
 ) -> Replayer:
     """Verify every entry and fold the ledger into usage (§6.1, §6.4, §6.5).
 
@@ -177,9 +180,10 @@ def replay(
     `start` is a state and head to fold on from (a verified snapshot, DESIGN.md §4): then
     `entries` are the ledger's from that state's length. `stops` are called, each with the
     replayer, when the fold reaches their lengths (a full verification comparing snapshots).
-    `schedule` groups each claim's figures by budget period (DESIGN.md §3).
+    `schedule` groups each claim's figures by budget period (DESIGN.md §3). `claims` keeps
+    the released claims on disk rather than in memory (a claim index).
     """
-    replayer = Replayer(steward, public_key, tree, schedule)
+    replayer = Replayer(steward, public_key, tree, schedule, claims)
     if start is not None:
         replayer.state, replayer.head = start
     halts = dict(stops or {})

@@ -34,6 +34,7 @@ from joulepool.ledger.fold import LedgerState, StateCopy, restore
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import Schedule
+from joulepool.stores.claim_index import ClaimIndex
 from joulepool.tree import Tree
 
 SNAPSHOT_VERSION = 1
@@ -81,7 +82,10 @@ def encode_state(copy: StateCopy) -> bytes:
         for cls, rows in copy.history.items()
     }
     periods = [[index, ents] for index, ents in sorted(copy.periods.items())]
-    closed = {claim: list(pair) for claim, pair in copy.closed.items()}
+    # None: the released claims are in the claim index beside the ledger, not here.
+    closed = (
+        None if copy.closed is None else {claim: list(pair) for claim, pair in copy.closed.items()}
+    )
     usage = {ent: list(figures) for ent, figures in copy.usage.items()}
     body = [copy.length, copy.last_at_ms, usage, open_, closed, history, periods]
     return bytes(cbor2.dumps(body))
@@ -162,12 +166,24 @@ def _list(v: object, n: int | None = None) -> list[Any]:
     return v
 
 
-def decode_state(snapshot: Snapshot, tree: Tree, schedule: Schedule) -> LedgerState:
+def decode_state(
+    snapshot: Snapshot, tree: Tree, schedule: Schedule, claims: ClaimIndex | None = None
+) -> LedgerState:
     """The fold's state the snapshot holds, under `schedule`, or `SnapshotRefused` (§4)."""
     if schedule.to_json() != snapshot.schedule:
         raise SnapshotRefused(
             f"it was folded under the period schedule {snapshot.schedule}, not {schedule.to_json()}"
         )
+    copy = decode_copy(snapshot)
+    try:
+        return restore(tree, schedule, copy, claims)
+    except Exception as exc:  # figures inside a valid signature that no fold could leave
+        raise SnapshotRefused(f"its state cannot be a fold's: {exc}") from None
+
+
+def decode_copy(snapshot: Snapshot) -> StateCopy:
+    """The state the snapshot holds, decoded and type-checked, not yet a fold's; or
+    `SnapshotRefused` (DESIGN.md §4)."""
     try:
         body = _list(cbor2.loads(snapshot.state), 7)
         length, last_at_ms = _int(body[0]), _int(body[1])
@@ -188,11 +204,15 @@ def decode_state(snapshot: Snapshot, tree: Tree, schedule: Schedule) -> LedgerSt
                 class_=_text(cls) or None,
             )
             open_[claim] = (admitted, _int(seq))
-        closed = {
-            _text(c): (_int(p[0]), _int(p[1]))
-            for c, pair in _map(body[4]).items()
-            for p in (_list(pair, 2),)
-        }
+        closed = (
+            None
+            if body[4] is None
+            else {
+                _text(c): (_int(p[0]), _int(p[1]))
+                for c, pair in _map(body[4]).items()
+                for p in (_list(pair, 2),)
+            }
+        )
         history = {
             _text(cls): [
                 (_text(r[0]), _int(r[1]), Grade.parse(r[2]))
@@ -209,7 +229,7 @@ def decode_state(snapshot: Snapshot, tree: Tree, schedule: Schedule) -> LedgerSt
             periods[index] = {
                 _text(e): [_int(x) for x in _list(s, 3)] for e, s in _map(ents).items()
             }
-        copy = StateCopy(
+        return StateCopy(
             length,
             last_at_ms,
             usage,  # type: ignore[arg-type]
@@ -218,9 +238,6 @@ def decode_state(snapshot: Snapshot, tree: Tree, schedule: Schedule) -> LedgerSt
             history,
             periods,
         )
-        return restore(tree, schedule, copy)
-    except SnapshotRefused:
-        raise
     except Exception as exc:  # hostile bytes inside a valid signature: refuse it whole
         raise SnapshotRefused(f"its state does not decode: {exc}") from None
 
