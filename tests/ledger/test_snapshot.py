@@ -254,3 +254,26 @@ def test_s6_4_claim_index_missing_or_behind_is_rebuilt_from_the_ledger(
         assert again.started_from > 0  # rebuilt, the next start uses the snapshot again
     finally:
         again.close()
+
+
+def test_design_s4_hostile_snapshot_bytes_never_crash_a_start(tmp_path: Path) -> None:
+    import random
+
+    folder = deployment(tmp_path)
+    store = snapshots(folder)
+    newest = store.lengths()[0]
+    path = store.folder / f"{newest:016d}.snapshot"
+    original = path.read_bytes()
+    expected = full_replay(folder)
+    rng = random.Random(16)
+    for _ in range(40):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(data[: rng.choice([len(data), rng.randrange(len(data))])]))
+        pool = open_pool(folder, read_only=True)
+        try:
+            assert pool.started_from != newest
+            assert state_of(pool) == expected
+        finally:
+            pool.close()
