@@ -92,7 +92,7 @@ def test_design_s4_start_from_newest_snapshot_equals_full_replay(tmp_path: Path)
 @pytest.mark.parametrize(
     ("damage", "why"),
     [
-        (lambda raw: raw[:-1] + bytes([raw[-1] ^ 1]), "signature does not verify"),
+        (lambda raw: raw[:-1] + bytes([raw[-1] ^ 1]), "not the state it signed"),
         (lambda raw: b"\x00" + raw, "not a snapshot"),
         (lambda raw: b"", "not a snapshot"),
     ],
@@ -277,3 +277,15 @@ def test_design_s4_hostile_snapshot_bytes_never_crash_a_start(tmp_path: Path) ->
             assert state_of(pool) == expected
         finally:
             pool.close()
+
+
+def test_design_s4_a_state_past_the_item_size_limit_still_seals_and_opens() -> None:
+    from joulepool.ledger.rotation import KeySchedule
+    from joulepool.ledger.snapshot import open_snapshot
+    from joulepool.periods import NONE
+
+    key = KeyPair.from_seed("steward", bytes(32))
+    state = bytes(3 << 20)  # 3 MiB: larger than any one CBOR item the profile accepts
+    raw = seal_snapshot(key, 5, bytes(32), 1, NONE, state)
+    snap = open_snapshot(raw, "steward", KeySchedule("steward", key.public_key))
+    assert (snap.length, snap.state) == (5, state)

@@ -13,6 +13,7 @@ can never pass as a ledger entry: its keys are not an event's.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sys
@@ -33,13 +34,18 @@ from joulepool.ledger.entry import brief
 from joulepool.ledger.fold import LedgerState, StateCopy, restore
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rotation import KeySchedule
+from joulepool.ledger.sequence import split
 from joulepool.periods import Schedule
 from joulepool.stores.claim_index import ClaimIndex
 from joulepool.tree import Tree
 
 SNAPSHOT_VERSION = 1
-_FIELDS = frozenset({"pool_snapshot", "steward", "length", "head", "at_ms", "schedule", "state"})
+_FIELDS = frozenset(
+    {"pool_snapshot", "steward", "length", "head", "at_ms", "schedule", "state_sha256"}
+)
 MAX_SNAPSHOT_BYTES = 1 << 31
+MAX_ENVELOPE_BYTES = 64 << 10
+"""The signed envelope is small (its state travels after it, by digest)."""
 KEEP = 3
 """Snapshots kept: the newest and two before it, in case the newest is damaged."""
 
@@ -102,16 +108,24 @@ def seal_snapshot(
         "head": head,
         "at_ms": at_ms,
         "schedule": bytes(cbor2.dumps(schedule.to_json(), canonical=True)),
-        "state": state,
+        "state_sha256": hashlib.sha256(state).digest(),
     }
-    return seal(core, key.kid, key.signing_key)
+    # The state follows the envelope, bound to it by its digest: an envelope stays within
+    # the profile's item size however large the state grows.
+    return seal(core, key.kid, key.signing_key) + state
 
 
 def open_snapshot(raw: bytes, steward: str, keys: KeySchedule) -> Snapshot:
     """A snapshot whose signature verifies under the steward key in force at its length,
     or `SnapshotRefused` naming why (DESIGN.md §4). Its head is checked by the caller."""
+    head_bytes = raw[:MAX_ENVELOPE_BYTES]
+    offsets, tail = split(head_bytes)
+    if not offsets:
+        raise SnapshotRefused("not a snapshot: it does not start with a COSE_Sign1")
+    end = offsets[1] if len(offsets) > 1 else (tail.offset if tail else len(head_bytes))
+    envelope, state = raw[:end], raw[end:]
     try:
-        env = open_envelope(raw)
+        env = open_envelope(envelope)
     except CborRefused as exc:
         raise SnapshotRefused(f"not a snapshot: {exc.error}: {exc.detail}") from None
     if env.kid != steward:
@@ -130,9 +144,11 @@ def open_snapshot(raw: bytes, steward: str, keys: KeySchedule) -> Snapshot:
         raise SnapshotRefused(
             f"its signature does not verify under the steward key in force at entry {length}"
         )
-    schedule, state = core["schedule"], core["state"]
-    if type(schedule) is not bytes or type(state) is not bytes:
-        raise SnapshotRefused("its schedule and state are not byte strings")
+    schedule, digest = core["schedule"], core["state_sha256"]
+    if type(schedule) is not bytes or type(digest) is not bytes:
+        raise SnapshotRefused("its schedule and state digest are not byte strings")
+    if hashlib.sha256(state).digest() != digest:
+        raise SnapshotRefused("the state after its envelope is not the state it signed")
     try:
         schedule_json = cbor2.loads(schedule)
     except Exception as exc:  # hostile bytes: any decoder failure is a refusal
