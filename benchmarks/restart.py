@@ -128,6 +128,8 @@ def main() -> None:
             out[f"full_replay_rss_mb_{name(n)}"] = round(full_rss, 1)
             out[f"verify_rss_mb_{name(n)}"] = round(verify_rss(folder), 1)
             shutil.rmtree(folder)
+            # Each size as it is done, so a run cut short still shows what it measured.
+            print(json.dumps(out), file=sys.stderr, flush=True)
     if len(SIZES) >= 2:
         small, large = name(SIZES[0]), name(SIZES[-1])
         out["snapshot_ready_ratio"] = round(
