@@ -879,14 +879,250 @@ def pinned_edge_cases(
     return vs
 
 
+ROTATED_SEED = bytes(range(96, 128))
+THIRD_SEED = bytes(range(128, 160))
+
+
+def rotation(seq: int, incoming: bytes, signer: bytes, **override: Any) -> bytes:
+    """A rotation statement (DESIGN.md §4): the outgoing key hands entries from `from_seq`
+    on to the incoming public key (`seq` is its from_seq)."""
+    core: dict[str, Any] = {
+        "pool_key_rotation": 1,
+        "steward": STEWARD,
+        "from_seq": seq,
+        "public_key": bytes(key(incoming).verify_key),
+    }
+    core.update(override)
+    return sign1(det(core), STEWARD, key(signer))
+
+
+def rotated_chain(cores: list[dict[str, Any]], signers: list[bytes]) -> list[bytes]:
+    """Seal cores in order, entry i by `signers[i]`, filling each `prev`."""
+    out: list[bytes] = []
+    prev = GENESIS
+    for core, seed in zip(cores, signers, strict=True):
+        if core.get("prev") == "auto":
+            core["prev"] = prev
+        entry = sign1(det(core), STEWARD, key(seed))
+        out.append(entry)
+        prev = address(entry)
+    return out
+
+
+def good_cores() -> list[dict[str, Any]]:
+    return [
+        admitted(0, "auto", "job-1", "vision", 5_000_000, "Estimator", **{"class": "train"}),
+        admitted(1, "auto", "job-2", "language", 7_000_000, "ModelBased", borrowed_uj=1_000_000),
+        released(2, "auto", "job-1", 4_200_000, "HwShunt"),
+    ]
+
+
+def rotation_vectors() -> list[tuple[str, dict[str, Any]]]:
+    """Key rotation (DESIGN.md §4): a valid rotation, and each refusal."""
+    a, b, c = STEWARD_SEED, ROTATED_SEED, THIRD_SEED
+    usage = {
+        "language": {"spent_uj": 7_000_000, "held_devices": 2},
+        "vision": {"spent_uj": 4_200_000, "held_devices": 0},
+    }
+
+    def ok(entries: list[bytes]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "length": len(entries),
+            "head_hex": address(entries[-1]).hex(),
+            "usage": usage,
+            "open_claims": ["job-2"],
+        }
+
+    def case(entries: list[bytes], statements: list[bytes]) -> dict[str, Any]:
+        return {**replay_case(entries), "rotations_hex": [r.hex() for r in statements]}
+
+    vs = []
+    once = rotated_chain(good_cores(), [a, a, b])
+    vs.append(
+        vector(
+            "18-6.5-key-rotation-valid",
+            "6.5",
+            "7.13",
+            "Entries 0-1 sealed by the first key, entry 2 by the key a rotation statement signed by the first key puts in force from seq 2: the ledger verifies and replays as usual.",
+            case(once, [rotation(2, b, a)]),
+            ok(once),
+        )
+    )
+    twice = rotated_chain(good_cores(), [a, b, c])
+    vs.append(
+        vector(
+            "18-6.5-key-rotation-twice",
+            "6.5",
+            "7.13",
+            "Two rotations in order (first key to second from seq 1, second to third from seq 2), each signed by the key it replaces: every entry verifies under the key in force at its index.",
+            case(twice, [rotation(1, b, a), rotation(2, c, b)]),
+            ok(twice),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-key-rotation-old-key-after-from-seq",
+            "6.5",
+            "7.13",
+            "Entry 2 is sealed by the outgoing key although the rotation hands seq 2 on to the incoming one: bad_signature at 2.",
+            case(good_ledger(), [rotation(2, b, a)]),
+            refused(2, "bad_signature"),
+        )
+    )
+    early = rotated_chain(good_cores(), [a, b, b])
+    vs.append(
+        vector(
+            "18-6.5-key-rotation-new-key-before-from-seq",
+            "6.5",
+            "7.13",
+            "Entry 1 is sealed by the incoming key before its from_seq (2): bad_signature at 1.",
+            case(early, [rotation(2, b, a)]),
+            refused(1, "bad_signature"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-key-rotation-without-statement",
+            "6.5",
+            "7.13",
+            "Entry 2 is sealed by another key and no rotation statement is given: bad_signature at 2.",
+            replay_case(once),
+            refused(2, "bad_signature"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-signed-by-other-key",
+            "6.5",
+            "7.13",
+            "A rotation statement signed by the incoming key, not the key it replaces: bad_rotation at statement 0, before any entry is read.",
+            case(once, [rotation(2, b, b)]),
+            refused(0, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-from-seq-not-increasing",
+            "6.5",
+            "7.13",
+            "The second statement's from_seq (2) does not exceed the first's (2): bad_rotation at statement 1.",
+            case(twice, [rotation(2, b, a), rotation(2, c, b)]),
+            refused(1, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-second-signed-by-first-key",
+            "6.5",
+            "7.13",
+            "The second statement is signed by the first key, which the first statement retired: bad_rotation at statement 1.",
+            case(twice, [rotation(1, b, a), rotation(2, c, a)]),
+            refused(1, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-not-cose",
+            "6.5",
+            "7.13",
+            "A rotation statement that is not a COSE_Sign1 (a CBOR text string): bad_rotation at statement 0.",
+            case(once, [det("rotate")]),
+            refused(0, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-entry-as-statement",
+            "6.5",
+            "7.13",
+            "A ledger entry, validly signed by the first key, given as a rotation statement: its keys are an event's, so bad_rotation at statement 0.",
+            case(once, [good_ledger()[0]]),
+            refused(0, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-short-public-key",
+            "6.5",
+            "7.13",
+            "A rotation statement whose public_key is 31 bytes: bad_rotation at statement 0.",
+            case(once, [rotation(2, b, a, public_key=bytes(key(b).verify_key)[:31])]),
+            refused(0, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-float-from-seq",
+            "6.5",
+            "7.13",
+            "A rotation statement whose from_seq is a float: bad_rotation at statement 0.",
+            case(once, [rotation(2, b, a, from_seq=2.0)]),
+            refused(0, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-6.5-bad-rotation-before-any-entry",
+            "6.5",
+            "7.13",
+            "A bad statement and a ledger broken at entry 0: the statement is refused first (bad_rotation at 0), before any entry is read.",
+            case([det("not an entry")], [rotation(2, b, b)]),
+            refused(0, "bad_rotation"),
+        )
+    )
+    vs.append(
+        vector(
+            "18-3-key-rotation-period-usage",
+            "1.2",
+            "7.10",
+            "period_usage takes rotations_hex as replay does: a rotated ledger's usage in the period holding its entries.",
+            {
+                "op": "period_usage",
+                "steward": STEWARD,
+                "public_key_hex": pub(STEWARD_SEED),
+                "ledger_hex": b"".join(once).hex(),
+                "rotations_hex": [rotation(2, b, a).hex()],
+                "period": {"kind": "none"},
+                "at_ms": 1_764_000_000_002,
+            },
+            {
+                "ok": True,
+                "period": {"start_ms": None, "end_ms": None},
+                "usage": usage,
+                "open_claims": ["job-2"],
+            },
+        )
+    )
+    vs.append(
+        vector(
+            "18-3-bad-rotation-period-usage",
+            "1.2",
+            "7.10",
+            "period_usage refuses a bad rotation statement as replay does.",
+            {
+                "op": "period_usage",
+                "steward": STEWARD,
+                "public_key_hex": pub(STEWARD_SEED),
+                "ledger_hex": b"".join(once).hex(),
+                "rotations_hex": [rotation(2, b, b).hex()],
+                "period": {"kind": "none"},
+                "at_ms": 1_764_000_000_002,
+            },
+            refused(0, "bad_rotation"),
+        )
+    )
+    return vs
+
+
 def main(folder: str) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    for name, doc in build():
+    for name, doc in build() + rotation_vectors():
         (out / f"{name}.json").write_text(
             json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
-    print(f"wrote {len(build())} ledger vectors to {out}")
+    print(f"wrote {len(build()) + len(rotation_vectors())} ledger vectors to {out}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ append that fails is rolled back exactly, and every request in it gets the error
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -30,13 +31,31 @@ from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
-from joulepool.ledger.fold import LedgerState, PeriodFigures
+from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import replay
-from joulepool.ledger.rollback import Mark
+from joulepool.ledger.rollback import HighWater, Mark
+from joulepool.ledger.rotation import KeySchedule
+from joulepool.ledger.snapshot import (
+    SnapshotFolder,
+    SnapshotRefused,
+    decode_state,
+    encode_state,
+    open_snapshot,
+    seal_snapshot,
+)
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
+from joulepool.stores.claim_index import ClaimIndex, open_index
 from joulepool.tree import EntitlementUsage, Tree
+
+log = logging.getLogger("joulepool.pool")
+
+SNAPSHOT_EVERY = 10_000
+"""Entries between state snapshots by default (DESIGN.md §4): a restart replays at most
+about this many entries after the newest snapshot."""
+SNAPSHOT_SECONDS = 300.0
+"""Seconds after which a commit seals a snapshot anyway, if any entry came since the last."""
 
 
 def wall_clock_ms() -> int:
@@ -143,9 +162,17 @@ class Pool:
         replay_workers: int = 1,
         progress: Callable[[int], None] | None = None,
         acknowledged: Sequence[Mark] = (),
+        read_only: bool = False,
+        keys: KeySchedule | None = None,
+        snapshots: SnapshotFolder | None = None,
+        snapshot_every: int = SNAPSHOT_EVERY,
+        snapshot_seconds: float = SNAPSHOT_SECONDS,
+        claims: ClaimIndex | None = None,
     ) -> None:
-        if key.seed is None:
+        # A reader (`pool usage` beside `pool serve`) seals nothing, so needs no secret.
+        if key.seed is None and not read_only:
             raise PoolError("the steward's key must include its secret to seal entries")
+        self.read_only = read_only
         self.key = key
         self.store = store
         self.idle_policy = idle_policy if idle_policy is not None else IdlePolicy()
@@ -156,18 +183,83 @@ class Pool:
         # Readers take it too, so nobody sees an entry that is decided but not yet durable.
         self._commit_lock = threading.RLock()
         self.appends = 0
+        self._snapshots = snapshots
+        self._snapshot_every = max(1, snapshot_every)
+        self._snapshot_seconds = snapshot_seconds
+        self._snapshot_thread: threading.Thread | None = None
+        self.snapshot_warnings: list[str] = []
+        self._claims = claims
+        # The steward's keys over time (DESIGN.md §4, key rotation): each entry verifies
+        # under the key in force at its index; the one sealing from here is the last.
+        schedule = keys if keys is not None else KeySchedule(key.kid, key.public_key)
+        # The newest snapshot that verifies and matches the ledger's head at its length; a
+        # signed one longer than the ledger is evidence of a rollback, like a receipt.
+        start, marks = self._verified_snapshot(store, key.kid, schedule, tree, period)
         # A restart never hands a tenant its spent guarantee back (§6.1): not by replaying a
         # damaged ledger, and not by replaying one shorter than what was acknowledged.
-        refuse_rollback(store, acknowledged)
+        refuse_rollback(store, [*acknowledged, *marks])
+        self.started_from = start[0].length if start is not None else 0
+        index = claims
+        if start is None and claims is not None:
+            if read_only:
+                index = None  # a reader replaying from 0 keeps its own set in memory
+            else:
+                claims.reset()  # rebuilt from the ledger as it replays
+        if not read_only and key.public_key != schedule.current_key:
+            raise PoolError(
+                f"the steward key {key.public_key.hex()} is not the key in force "
+                f"({schedule.current_key.hex()}) after {len(schedule.statements)} rotations"
+            )
         self._replayer = replay(
-            store.entries(),
+            store.entries(self.started_from),
             key.kid,
-            key.public_key,
+            schedule,
             tree,
             schedule=period,
             workers=replay_workers,
             progress=progress,
+            start=start,
+            claims=index,
         )
+        if not read_only:
+            self.state.flush_claims()
+        self._snapshot_due = self._replayer.length + self._snapshot_every
+        self._snapshot_deadline = time.monotonic() + snapshot_seconds
+        self._snapshot_length = self.started_from
+
+    def _verified_snapshot(
+        self, store: Store, steward: str, keys: KeySchedule, tree: Tree, period: Schedule
+    ) -> tuple[tuple[LedgerState, bytes] | None, list[Mark]]:
+        """The state and head of the newest snapshot that counts (DESIGN.md §4), and the
+        marks of signed snapshots longer than the ledger. One that fails is logged and
+        skipped, never used in part: it costs time, never a wrong usage."""
+        if self._snapshots is None:
+            return None, []
+        marks: list[Mark] = []
+        for length, raw in self._snapshots.newest_first():
+            where = f"snapshot at {length} in {self._snapshots.folder}"
+            try:
+                if isinstance(raw, SnapshotRefused):
+                    raise raw
+                snap = open_snapshot(raw, steward, keys)
+                if snap.length != length:
+                    raise SnapshotRefused(f"it holds length {snap.length}, not its name's")
+                if snap.length > len(store):
+                    marks.append(Mark(f"its {where}", HighWater(snap.length, snap.head)))
+                    continue
+                if head_at(store, snap.length) != snap.head:
+                    raise SnapshotRefused("its head is not the ledger's head at its length")
+                claims = self._claims
+                reaches = claims is not None and claims.covers >= snap.length
+                state = decode_state(snap, tree, period, claims if reaches else None)
+                if state.claims is not None:
+                    state.claims.rebase(snap.length)  # rows past it are the tail's again
+                return (state, snap.head), marks
+            except SnapshotRefused as exc:
+                warning = f"{where} ignored: {exc}"
+                self.snapshot_warnings.append(warning)
+                log.warning("%s", warning)
+        return None, marks
 
     # -- what the ledger says -------------------------------------------------------------
 
@@ -175,6 +267,28 @@ class Pool:
     def steward(self) -> str:
         """The steward's identifier: the kid of every entry."""
         return self.key.kid
+
+    @property
+    def keys(self) -> KeySchedule:
+        """The steward's verified keys over time (DESIGN.md §4, key rotation)."""
+        return self._replayer.keys
+
+    def rotate_key(self, put_in_force: Callable[[int], KeyPair]) -> int:
+        """Hand sealing to a new key from the next entry on (DESIGN.md §4, key rotation).
+
+        `put_in_force(length)` writes the rotation statement for `from_seq = length` (adding
+        it to `keys`) and returns the incoming key; it runs under the commit lock, so no
+        entry is sealed between the statement and the switch. Returns that `from_seq`.
+        """
+        if self.read_only:
+            raise StoreError("a read-only pool seals nothing, so rotates no key")
+        with self._commit_lock:
+            length = self._replayer.length
+            incoming = put_in_force(length)
+            if incoming.public_key != self.keys.key_at(length) or incoming.kid != self.steward:
+                raise PoolError("the incoming key is not the one the rotation put in force")
+            self.key = incoming
+            return length
 
     @property
     def tree(self) -> Tree:
@@ -402,6 +516,14 @@ class Pool:
                     self._replayer.head = head_before
                     raise
                 state.commit()
+                if self._snapshots is not None and (
+                    state.length >= self._snapshot_due
+                    or (
+                        state.length > self._snapshot_length
+                        and time.monotonic() >= self._snapshot_deadline
+                    )
+                ):
+                    self._snapshot_in_background()
         except Exception as exc:
             error = exc if isinstance(exc, PoolError) else StoreError(f"append failed: {exc!r}")
             for req in batch:
@@ -478,7 +600,7 @@ class Pool:
                 replayer = replay(
                     self.store.entries(),
                     self.key.kid,
-                    self.key.public_key,
+                    self.keys,
                     tree,
                     schedule=period,
                 )
@@ -497,24 +619,90 @@ class Pool:
         """The ledger's entries from `start`, as stored."""
         return self.store.entries(start)
 
+    # -- state snapshots (DESIGN.md §4) ---------------------------------------------------
+
+    def _snapshot_job(self) -> Callable[[], int]:
+        # Under the commit lock: copies at C speed, so the lock is held for no encoding,
+        # signing or writing; those run after, off the admission path.
+        copy = capture(self.state)
+        head, key, at_ms = self._replayer.head, self.key, self.now_ms()
+        schedule, folder = self.state.schedule, self._snapshots
+        assert folder is not None
+        self._snapshot_length = copy.length
+        self._snapshot_due = copy.length + self._snapshot_every
+        self._snapshot_deadline = time.monotonic() + self._snapshot_seconds
+
+        def job() -> int:
+            raw = seal_snapshot(key, copy.length, head, at_ms, schedule, encode_state(copy))
+            folder.write(copy.length, raw)
+            return copy.length
+
+        return job
+
+    def _snapshot_in_background(self) -> None:
+        running = self._snapshot_thread
+        if running is not None and running.is_alive():
+            return  # the next commit tries again
+        job = self._snapshot_job()
+
+        def run() -> None:
+            try:
+                job()
+            except Exception as exc:
+                # A snapshot is a cache: failing to write one costs restart time, nothing else.
+                log.error("state snapshot not written: %s", exc)
+
+        self._snapshot_thread = threading.Thread(target=run, name="snapshot", daemon=True)
+        self._snapshot_thread.start()
+
+    def seal_snapshot(self) -> int:
+        """Seal a state snapshot of the ledger as it stands now and wait for it to be on
+        disk (DESIGN.md §4); its length. For operators and tests; the writer seals them on
+        its own every `snapshot_every` entries."""
+        if self._snapshots is None or self.read_only:
+            raise StoreError("this pool keeps no snapshots")
+        self.wait_for_snapshot()
+        with self._commit_lock:
+            job = self._snapshot_job()
+        return job()
+
+    def wait_for_snapshot(self) -> None:
+        """Wait until a snapshot being written in the background is on disk."""
+        running = self._snapshot_thread
+        if running is not None:
+            running.join()
+
     def close(self) -> None:
-        """Release the store."""
+        """Release the store, once a snapshot being written is done."""
+        self.wait_for_snapshot()
+        if self._claims is not None:
+            self._claims.close()
         self.store.close()
 
 
 def open_pool(
-    folder: Path, *, replay_workers: int = 1, progress: Callable[[int], None] | None = None
+    folder: Path,
+    *,
+    replay_workers: int = 1,
+    progress: Callable[[int], None] | None = None,
+    read_only: bool = False,
+    snapshot_every: int = SNAPSHOT_EVERY,
 ) -> Pool:
-    """Open a deployment folder: its tree, its steward key and its ledger file (§6.1)."""
+    """Open a deployment folder: its tree, its steward key and its ledger file (§6.1).
+
+    `read_only` opens a reader that needs neither the writer's lock nor the secret key, so
+    it works while `pool serve` runs: it reads the entries whole when it opened (issue 16);
+    `pool.store.writer_pid` names the writer it read beside, if any.
+    """
     import sys
 
     from joulepool.deployment import CONFIG, KEY, LEDGER, WITNESSES, read_config
-    from joulepool.ledger.keys import load_key_file
+    from joulepool.steward_keys import deployment_keys, rotate_pending
     from joulepool.stores.file import FileStore
     from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
-    key = load_key_file(folder / KEY, require_secret=True)
+    key, keys = deployment_keys(folder, read_only=read_only)
     if key.kid != config.steward:
         raise PoolError(
             f"{folder / KEY}: the key's kid {key.kid!r} is not the steward {config.steward!r} "
@@ -523,9 +711,9 @@ def open_pool(
     marks, problems = kept_marks(folder / WITNESSES, config.steward)
     for problem in problems:
         print(f"pool: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
-    store = FileStore(folder / LEDGER)
+    store = FileStore(folder / LEDGER, writer=not read_only)
     try:
-        return Pool(
+        pool = Pool(
             config.tree,
             key,
             store,
@@ -535,7 +723,19 @@ def open_pool(
             replay_workers=replay_workers,
             progress=progress,
             acknowledged=marks,
+            read_only=read_only,
+            keys=keys,
+            snapshots=SnapshotFolder.beside(folder / LEDGER),
+            snapshot_every=snapshot_every,
+            claims=open_index(folder / LEDGER, read_only=read_only),
         )
     except BaseException:
         store.close()
         raise
+    if not read_only:
+        # A key `pool keys rotate` left pending goes into force at the next start.
+        try:
+            rotate_pending(folder, pool)
+        except PoolError as exc:
+            print(f"pool: warning: the pending steward key is not in force: {exc}", file=sys.stderr)
+    return pool

@@ -155,8 +155,15 @@ def test_a_second_writer_is_refused_while_one_holds_the_ledger(tmp_path: Path) -
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        out = pool("usage", str(folder), ok=(1,))
+        # A second writer is refused; a reader is not (issue 16: readers beside a writer).
+        out = pool(
+            "release", str(folder), "job-0", "--actual-uj", "1", "--grade", "HwShunt", ok=(1,)
+        )
         assert "locked by another writer" in out.stderr
+        assert (
+            json.loads(pool("usage", str(folder), "--json").stdout)["read"]["writer_pid"]
+            == holder.pid
+        )
     finally:
         holder.kill()
         holder.wait()

@@ -1,4 +1,5 @@
-"""`pool keys new | public`: Ed25519 keys as COSE_Key files (DESIGN.md §4)."""
+"""`pool keys new | public | rotate`: Ed25519 keys as COSE_Key files, and a deployment's
+steward key replaced by a rotation statement (DESIGN.md §4)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,65 @@ def _public(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rotate(args: argparse.Namespace) -> int:
+    from joulepool.deployment import PUBLIC_KEY
+    from joulepool.errors import InvalidInput
+    from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
+    from joulepool.pool import open_pool
+    from joulepool.steward_keys import NEXT_KEY, pending_key
+    from joulepool.stores.file import LedgerLocked
+
+    folder = Path(args.dir)
+    if not (folder / PUBLIC_KEY).is_file():
+        raise InvalidInput(str(folder), f"not a deployment: it has no {PUBLIC_KEY}")
+    if pending_key(folder) is not None:
+        raise InvalidInput(
+            str(folder / NEXT_KEY),
+            "a rotation is already pending: send SIGHUP to `pool serve`, or restart it",
+        )
+    steward = load_key_file(folder / PUBLIC_KEY).kid
+    incoming = KeyPair.generate(steward)
+    # Pending first: whoever holds the ledger's lock next (this command, a SIGHUP'd or
+    # restarted `pool serve`) seals the statement at its length, under that lock.
+    write_key_file(folder / NEXT_KEY, incoming)
+    result: dict[str, object] = {"public_key_hex": incoming.public_key.hex()}
+    try:
+        pool = open_pool(folder)
+    except LedgerLocked as exc:
+        result |= {"state": "pending", "writer_pid": exc.holder}
+        who = f"pid {exc.holder}" if exc.holder is not None else "the running writer"
+        words = (
+            f"new steward key {incoming.public_key.hex()} is pending: `pool serve` ({who}) "
+            "holds the ledger; send it SIGHUP (or restart it) to put the key in force"
+        )
+        emit(args, result, lambda c: c.print(words))
+        return 0
+    try:
+        in_force = pool.key.public_key == incoming.public_key
+        from_seq = pool.keys.last_from_seq
+    finally:
+        pool.close()
+    if not in_force:
+        # Only "no entry since the last rotation" stops it here: nothing to wait for, so
+        # the new key goes and nothing changed.
+        (folder / NEXT_KEY).unlink()
+        raise InvalidInput(
+            str(folder),
+            "no entry has been sealed since the last rotation; the key in force stays",
+        )
+    result |= {"state": "in_force", "from_seq": from_seq}
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"steward key rotated: entries from {from_seq} on are sealed by "
+            f"{incoming.public_key.hex()}; the statement signed by the old key is in "
+            f"{folder / 'rotations'}, and the old secret key is gone"
+        ),
+    )
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pool keys`."""
     p = sub.add_parser("keys", help="create Ed25519 keys and export their public halves")
@@ -55,3 +115,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     u.add_argument("out", metavar="OUT")
     add_json(u)
     u.set_defaults(handler=_public)
+    r = ksub.add_parser(
+        "rotate",
+        help="replace a deployment's steward key: a rotation statement signed by the old key",
+    )
+    r.add_argument("dir", metavar="DIR")
+    add_json(r)
+    r.set_defaults(handler=_rotate)

@@ -96,24 +96,106 @@ def _with_progress(total: int, run: Callable[[Callable[[int], None] | None], Rep
         return run(lambda n: bar.update(task, completed=n))
 
 
-def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
+def snapshot_checks(
+    ledger: Path, steward: str, keys: Any
+) -> tuple[dict[int, Callable[[Replayer], None]], list[dict[str, Any]]]:
+    """Stops for a full replay that compare each kept state snapshot with the replayed state
+    at its length (DESIGN.md §4), and the list their findings go to, one row a snapshot.
+
+    Compared: head, length, last instant, all-time usage, open and released claims, class
+    history, and the per-period sums when the snapshot was folded without a period schedule
+    (this replay groups by none).
+    """
+    from joulepool.errors import PoolError
+    from joulepool.ledger.snapshot import (
+        SnapshotFolder,
+        SnapshotRefused,
+        decode_copy,
+        open_snapshot,
+    )
+    from joulepool.periods import NONE, Schedule
+
+    found: list[dict[str, Any]] = []
+    stops: dict[int, Callable[[Replayer], None]] = {}
+    for length, raw in SnapshotFolder.beside(ledger).newest_first():
+        row: dict[str, Any] = {"length": length}
+        found.append(row)
+        try:
+            if isinstance(raw, SnapshotRefused):
+                raise raw
+            snap = open_snapshot(raw, steward, keys)
+            schedule = Schedule.from_json(snap.schedule, "snapshot schedule")
+            theirs = decode_copy(snap)
+        except PoolError as exc:
+            row |= {"agrees": False, "detail": f"refused: {exc}"}
+            continue
+        stops[length] = _comparison(row, theirs, snap.head, schedule == NONE)
+    return stops, found
+
+
+def _comparison(
+    row: dict[str, Any], theirs: Any, head: bytes, same_schedule: bool
+) -> Callable[[Replayer], None]:
+    def stop(replayer: Replayer) -> None:
+        from joulepool.ledger.fold import capture
+
+        ours = capture(replayer.state)
+        fields = ["length", "last_at_ms", "usage", "open", "history"]
+        if same_schedule:
+            fields.append("periods")
+        if ours.closed is not None and theirs.closed is not None:
+            fields.append("closed")  # each in memory; else the replay checks §6.4 itself
+        differ = [f for f in fields if getattr(ours, f) != getattr(theirs, f)]
+        if replayer.head != head:
+            differ.insert(0, "head")
+        row["agrees"] = not differ
+        if differ:
+            row["detail"] = "differs from the replay in: " + ", ".join(differ)
+
+    return stop
+
+
+def verified(
+    args: argparse.Namespace, snapshots: list[dict[str, Any]] | None = None
+) -> tuple[FileStore, KeyPair, Replayer]:
     """Open the ledger read-only and replay it, or raise `LedgerRefused` at its index; then
-    hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1)."""
+    hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1). Given `snapshots`,
+    the kept state snapshots are compared with the replay and a row each is added there."""
     from joulepool.errors import LedgerRefused
     from joulepool.ledger.replay import replay
+    from joulepool.steward_keys import statements_for
     from joulepool.stores.file import FileStore
 
     where = locate(args.file, args.key, getattr(args, "witnesses", None))
     key = steward_key(where.key, bool(args.key))
+    # The key is the trust anchor; rotation statements beside the ledger (or --rotations)
+    # say which key seals which entries, and are verified before any entry (DESIGN.md §4).
+    rotations = getattr(args, "rotations", None)
+    keys = statements_for(where.ledger, key, Path(rotations) if rotations else None)
+    stops: dict[int, Callable[[Replayer], None]] = {}
+    if snapshots is not None:
+        stops, rows = snapshot_checks(where.ledger, key.kid, keys)
+        snapshots.extend(rows)
     store = FileStore(where.ledger, writer=False)
     workers = args.workers if args.workers else min(os.cpu_count() or 1, 4)
     if len(store) < 2_000:
         workers = 1
+    from joulepool.stores.claim_index import ClaimIndex
+
+    # The duplicate check of §6.4 in bounded memory: released claims go to a private
+    # on-disk index, removed when done.
+    claims = ClaimIndex()
     try:
         replayer = _with_progress(
             len(store),
             lambda progress: replay(
-                store.entries(), key.kid, key.public_key, workers=workers, progress=progress
+                store.entries(),
+                key.kid,
+                keys,
+                workers=workers,
+                progress=progress,
+                stops=stops,
+                claims=claims,
             ),
         )
         if store.tail is not None:
@@ -132,7 +214,9 @@ def verified(args: argparse.Namespace) -> tuple[FileStore, KeyPair, Replayer]:
         _hold_to_acknowledged(store, where, key.kid)
     except BaseException:
         store.close()
+        claims.close()
         raise
+    claims.close()
     return store, key, replayer
 
 
@@ -172,11 +256,24 @@ def _attestation(
 def _verify(args: argparse.Namespace) -> int:
     from joulepool.errors import InvalidInput, LedgerRefused
     from joulepool.ledger.rollback import HighWaterMissing, LedgerRolledBack
+    from joulepool.ledger.rotation import RotationRefused
 
     if len(args.receipt) != len(args.witness_key):
         raise InvalidInput("--receipt", "give one --witness-key for each --receipt")
+    snapshots: list[dict[str, Any]] = []
     try:
-        store, key, replayer = verified(args)
+        store, key, replayer = verified(args, snapshots)
+    except RotationRefused as bad:
+        rotation = bad
+        out_bad = {"ok": False, "error": "bad_rotation", "index": bad.index, "detail": bad.detail}
+        emit(
+            args,
+            out_bad,
+            lambda c: c.print(
+                f"REFUSED: rotation statement {rotation.index}: bad_rotation: {rotation.detail}"
+            ),
+        )
+        return 1
     except LedgerRefused as refused:
         exc = refused
         failure = {"ok": False, "index": exc.index, "error": exc.error, "detail": exc.detail}
@@ -205,7 +302,17 @@ def _verify(args: argparse.Namespace) -> int:
         "head_hex": replayer.head.hex(),
         "attestation": report.attestation.value,
         "acknowledged": high.length if high is not None else None,
+        "writer_pid": store.writer_pid,
+        "rotations": len(replayer.keys.statements),
+        "snapshots": snapshots,
     }
+    for row in snapshots:
+        # A snapshot the replay never reached (length 0, or past the ledger) was not compared.
+        if row["length"] == 0:
+            row.setdefault("agrees", True)
+        row.setdefault("agrees", False)
+        if not row["agrees"]:
+            row.setdefault("detail", "longer than the ledger: this replay never reached it")
     if report.through is not None:
         result["witnessed_through"] = report.through
 
@@ -214,10 +321,22 @@ def _verify(args: argparse.Namespace) -> int:
             f"ledger {args.file}: {replayer.length} entries verified (signatures, chain, events)"
         )
         c.print(f"steward {key.kid}, head {replayer.head.hex()}")
+        if replayer.keys.statements:
+            c.print(
+                f"steward keys: {len(replayer.keys.statements)} rotation statements verified "
+                f"from the first key; the key in force is {replayer.keys.current_key.hex()}"
+            )
+        if store.writer_pid is not None:
+            c.print(beside_writer(store.writer_pid))
         if high is None:
             c.print("high-water record: none beside this file (not a deployment's ledger)")
         else:
             c.print(f"high-water record: {high.length} entries acknowledged, all present")
+        for row in snapshots:
+            if row["agrees"]:
+                c.print(f"state snapshot at {row['length']}: agrees with the replay")
+            else:
+                c.print(f"state snapshot at {row['length']}: DISAGREES: {row['detail']}")
         if report.through is None:
             c.print("attestation: self-attested (no witness receipt covers this ledger)")
         else:
@@ -228,7 +347,8 @@ def _verify(args: argparse.Namespace) -> int:
             )
 
     emit(args, result, human)
-    return 0
+    # A snapshot that disagrees would be trusted at the next start: the status says so.
+    return 0 if all(row["agrees"] for row in snapshots) else 1
 
 
 def entry_rows(
@@ -253,6 +373,14 @@ def entry_rows(
         except EntryMalformed as exc:
             raise LedgerRefused(i, "malformed", f"changed since it was verified: {exc}") from None
         yield {"seq": i, "address_hex": content_address(raw).hex(), **event.to_json()}
+
+
+def beside_writer(pid: int) -> str:
+    """What a reader says when a writer held the ledger as it read (issue 16)."""
+    return (
+        f"read beside the running writer (pid {pid}): up to the last whole entry when this "
+        "command opened the ledger; later appends are not in this answer"
+    )
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -297,8 +425,10 @@ def _show(args: argparse.Namespace) -> int:
                 right=["seq", "energy", "borrowed"],
             )
         )
+        if store.writer_pid is not None:
+            c.print(beside_writer(store.writer_pid))
 
-    emit(args, {"entries": rows}, human)
+    emit(args, {"entries": rows, "writer_pid": store.writer_pid}, human)
     return 0
 
 
@@ -319,6 +449,7 @@ def _usage(args: argparse.Namespace) -> int:
         "length": replayer.length,
         "usage": figures,
         "open_claims": replayer.state.open_claims(),
+        "writer_pid": store.writer_pid,
     }
 
     def human(c: Console) -> None:
@@ -339,6 +470,8 @@ def _usage(args: argparse.Namespace) -> int:
                 right=["spent", "reserved", "devices held", "running"],
             )
         )
+        if store.writer_pid is not None:
+            c.print(beside_writer(store.writer_pid))
 
     emit(args, result, human)
     return 0
@@ -401,10 +534,16 @@ def _acknowledge(args: argparse.Namespace) -> int:
         key_path, witnesses = where.key, where.witnesses
         store = FileStore(where.ledger)
     try:
+        from joulepool.steward_keys import statements_for
+
         key = steward_key(key_path, bool(args.key))
+        given = Path(args.rotations) if args.rotations else None
+        keys = (
+            statements_for(Path(store.name), key, given) if args.file or given else key.public_key
+        )
         # Only a ledger that verifies whole may be acknowledged.
         try:
-            replayer = replay(store.entries(), key.kid, key.public_key)
+            replayer = replay(store.entries(), key.kid, keys)
         except LedgerRefused as exc:
             raise InvalidInput(
                 "ledger", f"it does not verify, so it cannot be acknowledged: {exc}"
@@ -436,6 +575,53 @@ def _acknowledge(args: argparse.Namespace) -> int:
             + (f"; the record said {previous} before" if previous is not None else "")
         ),
     )
+    return 0
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from joulepool.backup import backup
+
+    result = backup(Path(args.dir), Path(args.out), with_secret_key=args.with_secret_key)
+    key_words = (
+        "with the secret key" if args.with_secret_key else "without the secret key (keep it apart)"
+    )
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"{args.out}: backup of {args.dir} at ledger length {result['length']} "
+            f"(head {result['head_hex'][:16]}), verified, {key_words}"
+        ),
+    )
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from joulepool.backup import RestoreWouldLose, restore
+
+    try:
+        lost = restore(Path(args.backup), Path(args.dir), accept_loss=args.accept_loss)
+    except RestoreWouldLose as refused:
+        loss = refused.loss
+        out = {"ok": False, "error": refused.code, **loss.to_json()}
+
+        def refuse(c: Console) -> None:
+            c.print(f"REFUSED: {loss.sentence()}")
+            for row in loss.entries:
+                c.print(f"  would lose entry {row['seq']}: {row['event']} {row['claim']}")
+            c.print("run again with --accept-loss to restore anyway (the decision is logged)")
+
+        emit(args, out, refuse)
+        return 1
+    result = {"ok": True, "dir": args.dir, **lost.to_json()}
+
+    def human(c: Console) -> None:
+        c.print(f"{args.dir}: restored from {args.backup} at length {lost.backup_length}")
+        c.print(lost.sentence())
+        if lost.lost:
+            c.print(f"the loss was accepted and logged in {Path(args.dir) / 'restore.log'}")
+
+    emit(args, result, human)
     return 0
 
 
@@ -477,6 +663,15 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_rotations(p: argparse.ArgumentParser) -> None:
+    """`--rotations DIR`: the steward's key rotation statements (DESIGN.md §4)."""
+    p.add_argument(
+        "--rotations",
+        metavar="DIR",
+        help="the key rotation statements, NNNNNNNN.cose in order (default: rotations/ beside FILE)",
+    )
+
+
 def _add_reading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "file", metavar="FILE|DIR", help="the ledger file (a CBOR sequence) or deployment folder"
@@ -484,8 +679,9 @@ def _add_reading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--key",
         metavar="KEYFILE",
-        help="the steward's public key (default: steward.pub beside FILE)",
+        help="the steward's first public key (default: steward.pub beside FILE)",
     )
+    add_rotations(p)
     p.add_argument(
         "--workers", type=int, default=0, help="processes verifying signatures (default: up to 4)"
     )
@@ -532,6 +728,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json(e)
     e.set_defaults(handler=_export)
 
+    b = lsub.add_parser(
+        "backup", help="copy a deployment, consistent at one length (works beside pool serve)"
+    )
+    b.add_argument("dir", metavar="DIR", help="the deployment folder")
+    b.add_argument("out", metavar="OUT", help="a new folder for the backup")
+    b.add_argument(
+        "--with-secret-key", action="store_true", help="also copy steward.key (left out by default)"
+    )
+    add_json(b)
+    b.set_defaults(handler=_backup)
+
+    s = lsub.add_parser(
+        "restore", help="put a backup in place; says what acknowledged entries it loses"
+    )
+    s.add_argument("backup", metavar="BACKUP", help="a folder `pool ledger backup` wrote")
+    s.add_argument("dir", metavar="DIR", help="the deployment folder to restore (replaced)")
+    s.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="proceed although acknowledged entries past the backup are lost (logged)",
+    )
+    add_json(s)
+    s.set_defaults(handler=_restore)
+
     r = lsub.add_parser(
         "recover",
         help="truncate an unfinished final entry (a torn write), nothing else",
@@ -560,6 +780,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a.add_argument("file", metavar="FILE|DIR", nargs="?", help="a ledger file or deployment folder")
     a.add_argument("--key", metavar="KEYFILE", help="the steward's public key (default: beside)")
     a.add_argument("--witnesses", metavar="DIR", help="kept receipts (default: witnesses/ beside)")
+    add_rotations(a)
     a.add_argument(
         "--postgres", metavar="DSN", help="a ledger in PostgreSQL (with --ledger, --key)"
     )

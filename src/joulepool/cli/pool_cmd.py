@@ -19,10 +19,31 @@ EXIT_BY_VERDICT = {"admit": 0, "queue": 3, "deny": 4}
 """`pool admit` exits 0 on Admit, 3 on Queue, 4 on Deny: verdicts, not errors (which exit 1)."""
 
 
-def _open(args: argparse.Namespace) -> Pool:
+def _open(args: argparse.Namespace, *, read_only: bool = False) -> Pool:
     from joulepool.pool import open_pool
 
-    return open_pool(Path(args.dir))
+    return open_pool(Path(args.dir), read_only=read_only)
+
+
+def read_source(pool: Pool) -> dict[str, Any]:
+    """Where a read-only command's answer came from: the ledger file, up to which length,
+    and the running writer it was read beside, if any (issue 16: readers beside `pool serve`)."""
+    return {
+        "ledger": pool.store.name,
+        "length": pool.length,
+        "writer_pid": getattr(pool.store, "writer_pid", None),
+    }
+
+
+def source_words(source: dict[str, Any]) -> str:
+    """`read_source` as one sentence for people."""
+    where = f"read from {source['ledger']} up to its last whole entry ({source['length']} entries)"
+    if source["writer_pid"] is None:
+        return where + "; no writer is running"
+    return (
+        where
+        + f", beside the running writer (pid {source['writer_pid']}), which may have appended since"
+    )
 
 
 def init_deployment(folder: Path, steward: str) -> None:
@@ -147,7 +168,7 @@ def period_words(schedule: Any, period: Any) -> str:
 
 
 def _usage(args: argparse.Namespace) -> int:
-    pool = _open(args)
+    pool = _open(args, read_only=True)
     try:
         if args.history is not None:
             return _history(args, pool)
@@ -156,6 +177,7 @@ def _usage(args: argparse.Namespace) -> int:
         rows = usage_rows(pool, period.index)
         length = pool.length
         words = period_words(pool.schedule, period)
+        source = read_source(pool)
     finally:
         pool.close()
 
@@ -201,8 +223,9 @@ def _usage(args: argparse.Namespace) -> int:
             )
         )
         c.print("devices and running claims are now, whatever the period (DESIGN.md §3)")
+        c.print(source_words(source))
 
-    out = {"length": length, "period": period.to_json(), "entitlements": rows}
+    out = {"length": length, "period": period.to_json(), "entitlements": rows, "read": source}
     if pool.schedule.kind != "none":
         out["label"] = pool.schedule.label(period.index)
     emit(args, out, human)
@@ -246,9 +269,10 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
 def _estimate(args: argparse.Namespace) -> int:
     from joulepool.estimate import DeclineReason, Derived
 
-    pool = _open(args)
+    pool = _open(args, read_only=True)
     try:
         result = pool.estimate(args.class_, args.entitlement, args.required)
+        source = read_source(pool)
     finally:
         pool.close()
 
@@ -271,7 +295,10 @@ def _estimate(args: argparse.Namespace) -> int:
                 f"class {args.class_!r}: no estimate ({result.reason.value}): {result.observations} "
                 f"observations, {result.evidence} of them evidence; {hint}"
             )
+        c.print(source_words(source))
 
+    # The JSON is the one estimate answer of every surface (DESIGN.md §3): where it was
+    # read from is said to people only.
     emit(args, result.to_json(), human)
     return 0 if isinstance(result, Derived) else 3
 

@@ -58,14 +58,17 @@ def build_service(
         read_config,
     )
     from joulepool.errors import PoolError
-    from joulepool.ledger.keys import load_key_file
+    from joulepool.ledger.snapshot import SnapshotFolder
     from joulepool.pool import Pool
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
+    from joulepool.steward_keys import deployment_keys, rotate_pending
+    from joulepool.stores.claim_index import open_index
     from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
-    key = load_key_file(folder / KEY, require_secret=True)
+    # The key in force after the deployment's rotation statements (DESIGN.md §4).
+    key, keys = deployment_keys(folder)
     if key.kid != config.steward:
         raise PoolError(f"{folder / KEY}: kid {key.kid!r} is not the steward {config.steward!r}")
     # Scopes are checked against the tree being served: a token naming an entitlement it
@@ -106,7 +109,7 @@ def build_service(
 
             store = FileStore(folder / LEDGER, lock=held)
         try:
-            return Pool(
+            pool = Pool(
                 config.tree,
                 key,
                 store,
@@ -115,12 +118,34 @@ def build_service(
                 period=config.period,
                 replay_workers=replay_workers,
                 acknowledged=marks,
+                keys=keys,
+                # State snapshots beside a ledger file (DESIGN.md §4); PostgreSQL replays.
+                snapshots=None if postgres else SnapshotFolder.beside(folder / LEDGER),
+                claims=None if postgres else open_index(folder / LEDGER),
             )
         except BaseException:
             store.close()
             raise
+        _rotate_pending(folder, pool, rotate_pending)
+        return pool
 
     return Service(opener, tokens, folder / WITNESSES, config_digest=digest)
+
+
+def _rotate_pending(folder: Path, pool: Any, rotate: Any) -> None:
+    """Put a key `pool keys rotate` left pending in force (DESIGN.md §4), logging the step."""
+    from joulepool.errors import PoolError
+
+    try:
+        from_seq = rotate(folder, pool)
+    except PoolError as exc:
+        print(f"pool serve: error: the pending steward key is not in force: {exc}", file=sys.stderr)
+        return
+    if from_seq is not None:
+        print(
+            f"pool serve: steward key rotated: the new key seals from entry {from_seq}",
+            file=sys.stderr,
+        )
 
 
 def _tune_collector(service: Any) -> None:
@@ -206,6 +231,10 @@ def _serve(args: argparse.Namespace) -> int:
             return
         service.tokens = tokens
         print("pool serve: configuration reloaded", file=sys.stderr)
+        if service.pool is not None:
+            from joulepool.steward_keys import rotate_pending
+
+            _rotate_pending(folder, service.pool, rotate_pending)
 
     signal.signal(signal.SIGHUP, reload)
     if args.host not in ("127.0.0.1", "::1", "localhost"):

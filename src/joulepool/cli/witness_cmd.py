@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from joulepool.cli.output import add_json, emit
+
+if TYPE_CHECKING:
+    from joulepool.ledger.rotation import KeySchedule
+
+
+def steward_key_facing(witness_public_key: bytes, keys: KeySchedule) -> bytes:
+    """The steward key a witness is checked against (§6.7): every key the steward ever
+    held counts as the steward's, so a witness holding a retired one is refused too
+    (DESIGN.md §4, key rotation)."""
+    return witness_public_key if witness_public_key in keys.keys else keys.current_key
 
 
 def _sign(args: argparse.Namespace) -> int:
@@ -21,7 +31,12 @@ def _sign(args: argparse.Namespace) -> int:
     store.close()
     length = replayer.length
     receipt = sign_witness(
-        witness, steward.kid, replayer.head, length, wall_clock_ms(), steward.public_key
+        witness,
+        steward.kid,
+        replayer.head,
+        length,
+        wall_clock_ms(),
+        steward_key_facing(witness.public_key, replayer.keys),
     )
     out = Path(args.out) if args.out else Path(f"{witness.kid}-{length}.receipt")
     out.write_bytes(receipt)
@@ -59,7 +74,7 @@ def _check(args: argparse.Namespace) -> int:
             witness.kid,
             witness.public_key,
             steward.kid,
-            steward.public_key,
+            steward_key_facing(witness.public_key, replayer.keys),
             replayer.length,
             head_at,
         )
@@ -87,6 +102,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pool witness`."""
+    from joulepool.cli.ledger_cmd import add_rotations
+
     p = sub.add_parser("witness", help="sign or check a witness receipt over a ledger's head")
     wsub = p.add_subparsers(dest="witness_command", metavar="SUBCOMMAND", required=True)
     for name, handler, helptext in (
@@ -106,6 +123,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             metavar="KEYFILE",
             help="the witness's key (secret to sign)",
         )
+        add_rotations(w)
         w.add_argument("--workers", type=int, default=0)
         if name == "sign":
             w.add_argument(

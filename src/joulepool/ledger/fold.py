@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from joulepool.errors import LedgerRefused
 from joulepool.estimate import Observation
@@ -25,6 +25,9 @@ from joulepool.grade import Energy, Grade
 from joulepool.ledger.entry import brief
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.tree import EntitlementUsage, Tree, Usage
+
+if TYPE_CHECKING:
+    from joulepool.stores.claim_index import ClaimIndex
 
 INCONSISTENT = "inconsistent_stream"
 
@@ -73,7 +76,9 @@ class LedgerState:
         "usage",
     )
 
-    def __init__(self, tree: Tree, schedule: Schedule = NONE) -> None:
+    def __init__(
+        self, tree: Tree, schedule: Schedule = NONE, claims: ClaimIndex | None = None
+    ) -> None:
         self.schedule = schedule
         # All time: what `replay` reports, and the devices and running claims of every period.
         self.usage = Usage(tree)
@@ -86,7 +91,9 @@ class LedgerState:
         # Plain tuples, named only on the way out: the fold stores one an entry, and a
         # named tuple's constructor costs ten times a tuple display.
         self._open: dict[str, tuple[Admitted, int]] = {}
-        self._closed: dict[str, tuple[int, int]] = {}
+        # Released claims: what grows with history, so on disk where a store gives an
+        # index (`stores.claim_index`), in memory otherwise (§6.4).
+        self._closed: dict[str, tuple[int, int]] | ClaimIndex = claims if claims is not None else {}
         # class -> [(entitlement, actual uj, actual grade)], kept as plain tuples to stay small.
         self._history: dict[str, list[tuple[str, int, Grade]]] = {}
         self._length = 0
@@ -182,10 +189,24 @@ class LedgerState:
     def begin(self) -> None:
         """Start a batch whose events can all be taken back, for an append that may fail."""
         self._journal = []
+        if not isinstance(self._closed, dict):
+            self._closed.begin()
 
     def commit(self) -> None:
-        """The batch is durable: forget how to take it back."""
+        """The batch is durable: forget how to take it back, and write its released claims
+        to the claim index in the same group commit."""
         self._journal = None
+        self.flush_claims()
+
+    def flush_claims(self) -> None:
+        """Write buffered released claims to the claim index, covering this length."""
+        if not isinstance(self._closed, dict):
+            self._closed.flush(self._length)
+
+    @property
+    def claims(self) -> ClaimIndex | None:
+        """The on-disk index of released claims, where the fold keeps them there."""
+        return None if isinstance(self._closed, dict) else self._closed
 
     def rollback(self) -> None:
         """Take back every event folded since `begin()`, newest first: a failed append
@@ -289,3 +310,67 @@ class LedgerState:
             if sums is not None and sums[2] > 0:
                 out.append(PeriodFigures(self.schedule.period(index), *sums))
         return out
+
+
+class StateCopy(NamedTuple):
+    """A consistent copy of a `LedgerState`, taken under the writer's lock in C-speed dict and
+    list copies, so that encoding it (a state snapshot, DESIGN.md §4) can run outside it."""
+
+    length: int
+    last_at_ms: int
+    usage: dict[str, tuple[int, int, int, int]]
+    open: dict[str, tuple[Admitted, int]]
+    closed: dict[str, tuple[int, int]] | None
+    """None where the released claims are in the claim index, not in the snapshot."""
+    history: dict[str, list[tuple[str, int, Grade]]]
+    periods: dict[int, dict[str, list[int]]]
+
+
+def capture(state: LedgerState) -> StateCopy:
+    """Copy what a state snapshot holds; the caller holds the lock the fold runs under."""
+    usage = {
+        i: (f.spent_uj, f.reserved_uj, f.held_devices, f.running_claims)
+        for i in state.usage.ids()
+        for f in (state.usage.of(i),)
+    }
+    return StateCopy(
+        state.length,
+        state.last_at_ms,
+        usage,
+        state._open.copy(),
+        state._closed.copy() if isinstance(state._closed, dict) else None,
+        {k: v.copy() for k, v in state._history.items()},
+        {p: {e: s.copy() for e, s in ents.items()} for p, ents in state._periods.items()},
+    )
+
+
+def restore(
+    tree: Tree, schedule: Schedule, copy: StateCopy, claims: ClaimIndex | None = None
+) -> LedgerState:
+    """A `LedgerState` holding exactly `copy`, to fold a ledger's tail onto (DESIGN.md §4).
+
+    Raises `ValueError` (or `InvalidInput`, a figure below zero) on figures that cannot be a
+    fold's; the caller then ignores the snapshot as a whole.
+    """
+    if copy.closed is None and claims is None:
+        raise ValueError("its released claims are in a claim index, and none reaches it")
+    state = LedgerState(tree, schedule, claims)
+    for ent, (spent, reserved, held, running) in copy.usage.items():
+        state.usage.move(
+            ent, spent_uj=spent, reserved_uj=reserved, held_devices=held, running_claims=running
+        )
+    closed = copy.closed if copy.closed is not None else {}
+    for claim, (_, seq) in copy.open.items():
+        if claim in closed or not 0 <= seq < copy.length:
+            raise ValueError(f"open claim {brief(claim)} at {seq} cannot be")
+    for claim, (a, r) in closed.items():
+        if not 0 <= a < r < copy.length:
+            raise ValueError(f"closed claim {brief(claim)} at {a}, {r} cannot be")
+    state._open = copy.open
+    if copy.closed is not None:
+        state._closed = copy.closed
+    state._history = copy.history
+    state._periods = copy.periods
+    state.last_at_ms = copy.last_at_ms
+    state._length = copy.length
+    return state

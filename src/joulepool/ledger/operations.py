@@ -17,6 +17,7 @@ from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.entry import seal_entry
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import Replayer, replay
+from joulepool.ledger.rotation import KeySchedule, RotationRefused
 from joulepool.ledger.sequence import split
 from joulepool.ledger.witness import check_witness, sign_witness
 from joulepool.periods import NONE, Schedule
@@ -51,7 +52,7 @@ def split_ledger(data: bytes) -> tuple[list[bytes], LedgerRefused | None]:
 
 
 def replay_bytes(
-    data: bytes, steward: str, public_key: bytes, schedule: Schedule = NONE
+    data: bytes, steward: str, public_key: bytes | KeySchedule, schedule: Schedule = NONE
 ) -> Replayer:
     """Verify and fold a ledger given as one CBOR sequence (§6.1, §6.4)."""
     entries, tail_refusal = split_ledger(data)
@@ -61,8 +62,19 @@ def replay_bytes(
     return replayer
 
 
-def _refused(exc: LedgerRefused) -> Result:
+def _refused(exc: LedgerRefused | RotationRefused) -> Result:
     return {"ok": False, "error": exc.error, "index": exc.index, "detail": exc.detail}
+
+
+def _keys(case: Mapping[str, Any], steward: str) -> KeySchedule:
+    """The first key and the rotation statements in force after it (DESIGN.md §4); a
+    statement that fails raises `RotationRefused` before any entry is read."""
+    first = _hex(case, "public_key_hex", 32)
+    statements = case.get("rotations_hex", [])
+    if not isinstance(statements, list):
+        raise InvalidInput("rotations_hex", "must be a list of hex strings")
+    raws = [_hex({"rotations_hex": item}, "rotations_hex") for item in statements]
+    return KeySchedule.verified(steward, first, raws)
 
 
 def op_seal(case: Mapping[str, Any]) -> Result:
@@ -85,12 +97,14 @@ def op_seal(case: Mapping[str, Any]) -> Result:
 
 def op_replay(case: Mapping[str, Any]) -> Result:
     """§6.1, §6.4, §6.5: verify a ledger and fold it into usage, or refuse it at an index."""
-    check_keys(case, "", ("op", "steward", "public_key_hex", "ledger_hex"))
+    case = check_keys(
+        case, "", ("op", "steward", "public_key_hex", "ledger_hex"), ("rotations_hex",)
+    )
     steward = check_text(case["steward"], "steward")
-    public_key = _hex(case, "public_key_hex", 32)
+    ledger = _hex(case, "ledger_hex")
     try:
-        replayer = replay_bytes(_hex(case, "ledger_hex"), steward, public_key)
-    except LedgerRefused as exc:
+        replayer = replay_bytes(ledger, steward, _keys(case, steward))
+    except (LedgerRefused, RotationRefused) as exc:
         return _refused(exc)
     usage = replayer.state.usage
     return {
@@ -108,14 +122,19 @@ def op_period_usage(case: Mapping[str, Any]) -> Result:
     `spent_uj` counts the claims admitted in that period (actual once released, else the
     reservation); `held_devices` counts every open claim, whatever its period.
     """
-    check_keys(case, "", ("op", "steward", "public_key_hex", "ledger_hex", "period", "at_ms"))
+    case = check_keys(
+        case,
+        "",
+        ("op", "steward", "public_key_hex", "ledger_hex", "period", "at_ms"),
+        ("rotations_hex",),
+    )
     steward = check_text(case["steward"], "steward")
-    public_key = _hex(case, "public_key_hex", 32)
     schedule = Schedule.from_json(case["period"])
     at_ms = check_figure(case["at_ms"], "at_ms")
+    ledger = _hex(case, "ledger_hex")
     try:
-        replayer = replay_bytes(_hex(case, "ledger_hex"), steward, public_key, schedule)
-    except LedgerRefused as exc:
+        replayer = replay_bytes(ledger, steward, _keys(case, steward), schedule)
+    except (LedgerRefused, RotationRefused) as exc:
         return _refused(exc)
     period = schedule.period_at(at_ms)
     return {

@@ -19,7 +19,7 @@ import itertools
 import multiprocessing
 import operator
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +38,9 @@ from joulepool.ledger.cose import (
 )
 from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
+from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import NONE, Schedule
+from joulepool.stores.claim_index import ClaimIndex
 from joulepool.tree import Tree
 
 BATCH = 512
@@ -98,19 +100,28 @@ class Replayer:
     def __init__(
         self,
         steward: str,
-        public_key: bytes,
+        public_key: bytes | KeySchedule,
         tree: Tree | None = None,
         schedule: Schedule = NONE,
+        claims: ClaimIndex | None = None,
     ) -> None:
         self.steward = steward
-        self.public_key = public_key
-        self.state = LedgerState(tree if tree is not None else Tree([]), schedule)
+        # One key, or the steward's keys over time (DESIGN.md §4, key rotation).
+        self.keys = (
+            public_key if isinstance(public_key, KeySchedule) else KeySchedule(steward, public_key)
+        )
+        self.state = LedgerState(tree if tree is not None else Tree([]), schedule, claims)
         self.head = GENESIS
 
     @property
     def length(self) -> int:
         """Entries verified and folded so far."""
         return self.state.length
+
+    @property
+    def public_key(self) -> bytes:
+        """The key that must verify the next entry (DESIGN.md §4, key rotation)."""
+        return self.keys.key_at(self.state.length)
 
     def feed(self, raw: bytes) -> Event:
         """Verify the entry at index `length` completely and fold it (DESIGN.md §4)."""
@@ -150,25 +161,37 @@ class Replayer:
 def replay(
     entries: Iterable[bytes],
     steward: str,
-    public_key: bytes,
+    public_key: bytes | KeySchedule,
     tree: Tree | None = None,
     *,
     schedule: Schedule = NONE,
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
+    start: tuple[LedgerState, bytes] | None = None,
+    stops: Mapping[int, Callable[[Replayer], None]] | None = None,
+    claims: ClaimIndex | None = None,
 ) -> Replayer:
     """Verify every entry and fold the ledger into usage (§6.1, §6.4, §6.5).
 
     Raises `LedgerRefused(index, error)` at the first failing entry; nothing partial is
     returned. With `workers > 1` the signatures are checked in that many processes.
-    `schedule` groups each claim's figures by budget period (DESIGN.md §3).
+    `public_key` is the steward's one key, or a `KeySchedule` of its verified rotations:
+    entry i must verify under the key in force at i, else `bad_signature` (DESIGN.md §4).
+    `start` is a state and head to fold on from (a verified snapshot, DESIGN.md §4): then
+    `entries` are the ledger's from that state's length. `stops` are called, each with the
+    replayer, when the fold reaches their lengths (a full verification comparing snapshots).
+    `schedule` groups each claim's figures by budget period (DESIGN.md §3). `claims` keeps
+    the released claims on disk rather than in memory (a claim index).
     """
-    replayer = Replayer(steward, public_key, tree, schedule)
+    replayer = Replayer(steward, public_key, tree, schedule, claims)
+    if start is not None:
+        replayer.state, replayer.head = start
+    halts = dict(stops or {})
     with _collector_paused():
         if workers <= 1:
-            _replay_serial(replayer, entries, progress)
+            _replay_serial(replayer, entries, progress, halts)
         else:
-            _replay_parallel(replayer, entries, workers, progress)
+            _replay_parallel(replayer, entries, workers, progress, halts)
     if progress is not None:
         progress(replayer.length)
     return replayer
@@ -189,23 +212,44 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _batches(entries: Iterable[bytes]) -> Iterator[list[bytes]]:
+def _batches(
+    entries: Iterable[bytes], keys: KeySchedule, position: int, stops: Mapping[int, object]
+) -> Iterator[tuple[list[bytes], bytes]]:
+    """Batches of entries from index `position`, each with the one key that must verify all
+    of it: a batch ends where a rotation hands the entries to another key (DESIGN.md §4), and
+    at each of `stops`."""
     source = iter(entries)
-    while batch := list(itertools.islice(source, BATCH)):
-        yield batch
+    ahead = sorted(stops)
+    while True:
+        change = keys.next_change(position)
+        size = BATCH if change is None else min(BATCH, change - position)
+        while ahead and ahead[0] <= position:
+            ahead.pop(0)
+        if ahead:
+            size = min(size, ahead[0] - position)
+        batch = list(itertools.islice(source, size))
+        if not batch:
+            return
+        yield batch, keys.key_at(position)
+        position += len(batch)
 
 
 def _replay_serial(
-    replayer: Replayer, entries: Iterable[bytes], progress: Callable[[int], None] | None
+    replayer: Replayer,
+    entries: Iterable[bytes],
+    progress: Callable[[int], None] | None,
+    stops: Mapping[int, Callable[[Replayer], None]],
 ) -> None:
     # In batches, in three passes: open, verify, chain. Interleaved entry by entry, the
     # signature arithmetic and the interpreter keep evicting each other from the CPU's
     # caches, which cost about 4 µs an entry (a tenth of a verification) on top of the work.
-    public_key = replayer.public_key
-    for batch in _batches(entries):
+    for batch, public_key in _batches(entries, replayer.keys, replayer.length, stops):
         opened, refusal = _open_batch(batch, replayer.steward)
         bad = first_forged(map(_SIGNED_PARTS, opened), public_key)
         _chain_batch(replayer, opened, bad, refusal)
+        stop = stops.get(replayer.length)
+        if stop is not None:
+            stop(replayer)
         if progress is not None:
             progress(replayer.length)
 
@@ -233,6 +277,7 @@ def _replay_parallel(
     entries: Iterable[bytes],
     workers: int,
     progress: Callable[[int], None] | None,
+    stops: Mapping[int, Callable[[Replayer], None]],
 ) -> None:
     # Only the signature check, nine tenths of the work, goes to the workers. Decoding stays
     # here, since the fold needs the core anyway and shipping decoded cores back costs more
@@ -240,19 +285,20 @@ def _replay_parallel(
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as executor:
         pending: deque[tuple[list[Envelope], Refusal | None, Future[int | None]]] = deque()
-        source = _batches(entries)
+        source = _batches(entries, replayer.keys, replayer.length, stops)
         exhausted = False
         while True:
             # Keep a bounded number of batches in flight, so memory stays flat.
             while not exhausted and len(pending) < 2 * workers:
-                batch = next(source, None)
-                if batch is None:
+                item = next(source, None)
+                if item is None:
                     exhausted = True
                     break
+                batch, public_key = item
                 opened, refusal = _open_batch(batch, replayer.steward)
                 # Only the signed parts travel: pickling a decoded core costs more than it saves.
                 parts = list(map(_SIGNED_PARTS, opened))
-                future = executor.submit(_verify_batch, (parts, replayer.public_key))
+                future = executor.submit(_verify_batch, (parts, public_key))
                 pending.append((opened, refusal, future))
                 if refusal is not None:
                     exhausted = True  # nothing after the first refusal can count
@@ -265,6 +311,9 @@ def _replay_parallel(
                 for _, _, later in pending:
                     later.cancel()
                 raise
+            stop = stops.get(replayer.length)
+            if stop is not None:
+                stop(replayer)
             if progress is not None:
                 progress(replayer.length)
 

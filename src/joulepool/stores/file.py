@@ -162,7 +162,12 @@ class Recovered:
 
 
 class FileStore:
-    """A ledger file (DESIGN.md §4) with one locked writer, or any number of readers."""
+    """A ledger file (DESIGN.md §4) with one locked writer, or any number of readers.
+
+    A reader opened while a writer holds the lock names it (`writer_pid`) and reads the
+    entries whole when it opened; what follows them is that writer's append in flight
+    (`in_flight`), never read and never called damage.
+    """
 
     def __init__(
         self,
@@ -202,8 +207,14 @@ class FileStore:
             if self._high is None and writer and os.fstat(self._fd).st_size == 0:
                 # An empty ledger acknowledged nothing yet: its record starts at length 0.
                 self._high = HighWaterFile.create(record_path(self.path))
+            # A reader beside a running writer (`pool serve`) reads up to the last whole
+            # entry: bytes after it are an append in flight, not damage (issue 16).
+            self.writer_pid: int | None = None if writer else lock_holder(self._fd)
             self._offsets, self._size, tail = self._scan()
             self.tail = self._classified(tail)
+            self.in_flight: Tail | None = None
+            if self.writer_pid is not None and self.tail is not None:
+                self.in_flight, self.tail = self.tail, None
             if writer and self.tail is not None:
                 if self.tail.torn:
                     raise TornWrite(self.path, self.tail, len(self._offsets))

@@ -1,0 +1,156 @@
+"""Restart from a state snapshot against restart by full replay (issue 16). Prints one JSON object.
+
+For ledgers of 200,000 and 2,000,000 entries (BENCH_RESTART_SIZES overrides, e.g.
+"20000,200000"), each with a tail of 10,000 entries after its newest snapshot:
+
+- ready_from_snapshot_s_*: a real `pool serve` from spawn to /readyz answering 200, with the
+  snapshot and the claim index beside the ledger (it verifies and folds only the tail);
+- full_replay_s_*: the same with the snapshot moved away (it verifies and folds everything);
+- serve_rss_mb_*: peak resident memory (VmHWM) of that serving process, started from the
+  snapshot, once ready;
+- verify_rss_mb_*: peak resident memory of `pool ledger verify` over the deployment (a full
+  verification from entry 0, duplicates checked through an on-disk index).
+
+The ledgers are built once and cached under .cache/bench/ (benchmarks/ledgers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.servers import start_serve, wait_ready
+
+from joulepool.deployment import write_config
+from joulepool.ledger.cose import content_address
+from joulepool.ledger.keys import write_key_file
+from joulepool.ledger.rollback import HighWater
+from joulepool.pool import open_pool
+from joulepool.service.tokens import add_token
+from joulepool.stores.file import FileStore
+from joulepool.stores.highwater import HighWaterFile, record_path
+from joulepool.tree import Entitlement, Tree
+from ledgers import KEY, ledger_file
+
+SIZES = [int(s) for s in os.environ.get("BENCH_RESTART_SIZES", "200000,2000000").split(",")]
+TAIL = int(os.environ.get("BENCH_RESTART_TAIL", "10000"))
+FULL = os.environ.get("BENCH_RESTART_FULL", "1") != "0"
+"""BENCH_RESTART_FULL=0 skips the full replay and the full verification (the slow parts)."""
+NAMES = {200_000: "200k", 2_000_000: "2m"}
+
+
+def name(n: int) -> str:
+    return NAMES.get(n, str(n))
+
+
+def deployment(entries: int, root: Path) -> Path:
+    """A deployment whose ledger has `entries` entries and a snapshot `TAIL` before its end."""
+    source = ledger_file(entries)
+    folder = root / f"dep-{entries}"
+    folder.mkdir()
+    write_key_file(folder / "steward.key", KEY)
+    write_key_file(folder / "steward.pub", KEY.public())
+    (folder / "witnesses").mkdir()
+    ents = [Entitlement(f"team-{i:02d}", 10**18, 10**6, 1) for i in range(50)]
+    tree = Tree(ents)
+    write_config(folder / "pool.toml", KEY.kid, tree)
+    add_token(folder / "tokens.toml", "ops", "operator", tree)
+    store = FileStore(source, writer=False)
+    cut = store.offset(entries - TAIL)
+    head = content_address(store.entry(entries - TAIL - 1))
+    end_head = content_address(store.entry(entries - 1))
+    store.close()
+    ledger = folder / "ledger.cbor"
+    with source.open("rb") as src, ledger.open("wb") as out:
+        shutil.copyfileobj(src, out)
+    os.truncate(ledger, cut)
+    HighWaterFile.create(record_path(ledger), HighWater(entries - TAIL, head)).close()
+    pool = open_pool(folder)  # full replay once: builds the claim index
+    pool.seal_snapshot()
+    pool.close()
+    with source.open("rb") as src, ledger.open("ab") as out:
+        src.seek(cut)
+        shutil.copyfileobj(src, out)
+    high = HighWaterFile.open(record_path(ledger), writable=True)
+    assert high is not None
+    high.advance(HighWater(entries, end_head))
+    high.close()
+    return folder
+
+
+def vm_hwm_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def serve_ready(folder: Path) -> tuple[float, float]:
+    started = time.perf_counter()
+    serve = start_serve(folder, wait=False)
+    wait_ready(serve, timeout_s=3600)  # a full replay of millions of entries takes minutes
+    ready = time.perf_counter() - started
+    rss = vm_hwm_mb(serve.proc.pid)
+    serve.kill()
+    return ready, rss
+
+
+def verify_rss(folder: Path) -> float:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "joulepool", "ledger", "verify", str(folder), "--workers", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"pool ledger verify exited {status}")
+    return usage.ru_maxrss / 1024
+
+
+def main() -> None:
+    out: dict[str, object] = {"tail_entries": TAIL}
+    with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
+        for n in SIZES:
+            folder = deployment(n, Path(tmp))
+            ready, rss = serve_ready(folder)
+            out[f"ready_from_snapshot_s_{name(n)}"] = round(ready, 3)
+            out[f"serve_rss_mb_{name(n)}"] = round(rss, 1)
+            if not FULL:
+                print(json.dumps(out), file=sys.stderr, flush=True)
+                shutil.rmtree(folder)
+                continue
+            snaps = folder / "ledger.cbor.snapshots"
+            snaps.rename(folder / "aside")
+            full, full_rss = serve_ready(folder)
+            (folder / "aside").rename(snaps)
+            out[f"full_replay_s_{name(n)}"] = round(full, 3)
+            out[f"full_replay_rss_mb_{name(n)}"] = round(full_rss, 1)
+            out[f"verify_rss_mb_{name(n)}"] = round(verify_rss(folder), 1)
+            shutil.rmtree(folder)
+            # Each size as it is done, so a run cut short still shows what it measured.
+            print(json.dumps(out), file=sys.stderr, flush=True)
+    if len(SIZES) >= 2:
+        small, large = name(SIZES[0]), name(SIZES[-1])
+        out["snapshot_ready_ratio"] = round(
+            float(out[f"ready_from_snapshot_s_{large}"])  # type: ignore[arg-type]
+            / float(out[f"ready_from_snapshot_s_{small}"]),  # type: ignore[arg-type]
+            3,
+        )
+        out["rss_ratio"] = round(
+            float(out[f"serve_rss_mb_{large}"])  # type: ignore[arg-type]
+            / float(out[f"serve_rss_mb_{small}"]),  # type: ignore[arg-type]
+            3,
+        )
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The released-claim index: every claim id a ledger admitted and released, off the heap
+(standard §6.4: an id is never admitted twice; issue 16: memory that does not grow with
+history).
+
+The fold keeps open claims in memory (they are few and decisions need them); a claim that is
+released moves here, to an SQLite table beside the ledger file (`<ledger>.claims`). Rows are
+buffered in memory and written in one transaction per group commit, after the ledger's own
+append is durable, with the length they cover; a batch that is taken back never reaches the
+table. The index is a cache of the ledger like a snapshot: at a start it is cut back to the
+length the fold restarts from (`rebase`), and one that does not reach that length is not
+used; the ledger is replayed from entry 0 into a fresh one instead.
+
+A reader beside the writer opens it read-only and trusts only rows below the length it folds
+on from (`base`), so the writer's later rows never make a reader refuse what it reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from joulepool.errors import StoreError
+
+log = logging.getLogger("joulepool.claim_index")
+
+FLUSH_EVERY = 50_000
+"""Buffered rows after which a replay writes them out, so the buffer stays small."""
+
+
+def index_path(ledger: Path) -> Path:
+    """Where the claim index of the ledger file `ledger` lives: beside it."""
+    return ledger.with_name(ledger.name + ".claims")
+
+
+class ClaimIndex:
+    """Released claims (claim id -> admitted seq, released seq), on disk (§6.4)."""
+
+    def __init__(self, path: Path | None = None, *, read_only: bool = False) -> None:
+        self._temporary = path is None
+        if path is None:
+            # A full verification's bounded-memory duplicate check: a private file, removed
+            # on close.
+            fd, name = tempfile.mkstemp(prefix="joulepool-claims-", suffix=".sqlite")
+            os.close(fd)
+            path = Path(name)
+        self.path = path
+        self.read_only = read_only
+        try:
+            if read_only:
+                self._db = sqlite3.connect(
+                    f"file:{path}?mode=ro", uri=True, check_same_thread=False
+                )
+            else:
+                self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS released (claim TEXT PRIMARY KEY, "
+                    "admitted INTEGER NOT NULL, released INTEGER NOT NULL) WITHOUT ROWID"
+                )
+                self._db.execute("CREATE TABLE IF NOT EXISTS covers (length INTEGER NOT NULL)")
+                if self._db.execute("SELECT count(*) FROM covers").fetchone()[0] == 0:
+                    self._db.execute("INSERT INTO covers VALUES (0)")
+        except sqlite3.Error as exc:
+            raise StoreError(f"{path}: the claim index cannot be opened: {exc}") from None
+        self._pending: dict[str, tuple[int, int]] = {}
+        self.base = 0
+        self._batch = False
+
+    @property
+    def covers(self) -> int:
+        """The ledger length the rows on disk were written through (0 for a new index)."""
+        try:
+            row = self._db.execute("SELECT length FROM covers").fetchone()
+        except sqlite3.Error:
+            return 0
+        return int(row[0]) if row else 0
+
+    def rebase(self, length: int) -> bool:
+        """Trust the rows below `length` only, the length the fold starts from: a writer
+        deletes the rest. False (nothing changed) when the index does not reach `length`."""
+        if self.covers < length:
+            return False
+        if not self.read_only:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM released WHERE released >= ?", (length,))
+            self._db.execute("UPDATE covers SET length = ?", (length,))
+            self._db.execute("COMMIT")
+        self.base = length
+        return True
+
+    def reset(self) -> None:
+        """Empty the index, for a replay from entry 0."""
+        if self.read_only:
+            raise StoreError(f"{self.path}: a read-only claim index cannot be rebuilt")
+        self._db.execute("BEGIN")
+        self._db.execute("DELETE FROM released")
+        self._db.execute("UPDATE covers SET length = 0")
+        self._db.execute("COMMIT")
+        self._pending.clear()
+        self.base = 0
+
+    def _row(self, claim: str) -> tuple[int, int] | None:
+        row = self._db.execute(
+            "SELECT admitted, released FROM released WHERE claim = ? AND released < ?",
+            (claim, self.base),
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def __contains__(self, claim: object) -> bool:
+        if claim in self._pending:
+            return True
+        return isinstance(claim, str) and self._row(claim) is not None
+
+    def get(self, claim: str) -> tuple[int, int] | None:
+        """A released claim's (admitted seq, released seq), or None."""
+        found = self._pending.get(claim)
+        return found if found is not None else self._row(claim)
+
+    def __setitem__(self, claim: str, seqs: tuple[int, int]) -> None:
+        self._pending[claim] = seqs
+        if not self._batch and len(self._pending) >= FLUSH_EVERY and not self.read_only:
+            self.flush(seqs[1] + 1)
+
+    def __delitem__(self, claim: str) -> None:
+        # Only a batch being taken back deletes, and its rows were never written.
+        del self._pending[claim]
+
+    def begin(self) -> None:
+        """A group commit starts: its rows wait for `flush` or are dropped by `__delitem__`."""
+        self._batch = True
+
+    def flush(self, length: int) -> None:
+        """Write the buffered rows and the length they cover, in one transaction."""
+        self._batch = False
+        if self.read_only:
+            return  # a reader keeps its tail's rows in memory
+        rows = [(c, a, r) for c, (a, r) in self._pending.items()]
+        try:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT INTO released VALUES (?, ?, ?)", rows)
+            self._db.execute("UPDATE covers SET length = ?", (length,))
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            # The ledger's entries are durable already: the rows stay buffered and go with
+            # the next commit. A restart finds the index behind and rebuilds it (a cache).
+            log.error("%s: the claim index could not be written: %s", self.path, exc)
+            return
+        self._pending.clear()
+        self.base = length
+
+    def items(self) -> Iterator[tuple[str, tuple[int, int]]]:
+        """Every released claim the index trusts, on disk and buffered."""
+        for claim, a, r in self._db.execute(
+            "SELECT claim, admitted, released FROM released WHERE released < ? ORDER BY claim",
+            (self.base,),
+        ):
+            yield str(claim), (int(a), int(r))
+        yield from self._pending.items()
+
+    def __len__(self) -> int:
+        on_disk = self._db.execute(
+            "SELECT count(*) FROM released WHERE released < ?", (self.base,)
+        ).fetchone()[0]
+        return int(on_disk) + len(self._pending)
+
+    def close(self) -> None:
+        """Close the database; a temporary index is removed."""
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        if self._temporary:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"{self.path}{suffix}")
+
+
+def open_index(ledger: Path, *, read_only: bool = False) -> ClaimIndex | None:
+    """The claim index beside the ledger file `ledger`: created for a writer; for a reader,
+    None where there is none yet (it then keeps released claims in memory)."""
+    path = index_path(ledger)
+    if read_only and not path.exists():
+        return None
+    try:
+        return ClaimIndex(path, read_only=read_only)
+    except StoreError:
+        if read_only:
+            return None
+        raise

@@ -1,0 +1,96 @@
+"""`pool ledger backup` and `pool ledger restore`: a lost machine restored with the loss
+stated (standard §6.1: restoring an older backup is exactly a rollback)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from joulepool.cli.pool_cmd import init_deployment
+from tests.servers import pool_cli
+
+MJ = 1_000_000_000_000
+
+
+def run(*args: str, code: int = 0) -> Any:
+    proc = pool_cli(*args, "--json")
+    assert proc.returncode == code, proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+    return json.loads(proc.stdout)
+
+
+def admit(folder: Path, claim: str, ent: str = "vision") -> None:
+    run("admit", str(folder), "--id", claim, "--entitlement", ent, "--estimate-uj", str(MJ))
+
+
+def test_s6_1_backup_restore_states_the_loss_and_needs_consent(tmp_path: Path) -> None:
+    folder = tmp_path / "dep"
+    init_deployment(folder, "steward")
+    admit(folder, "a")
+    run("release", str(folder), "a", "--actual-uj", str(2 * MJ), "--grade", "HwShunt")
+    run("keys", "rotate", str(folder))
+    backup = tmp_path / "backup"
+    made = run("ledger", "backup", str(folder), str(backup))
+    assert made["length"] == 2
+    assert made["secret_key"] is False
+    assert "steward.key" not in made["files"]
+    assert {"ledger.cbor", "ledger.cbor.hwm", "pool.toml", "steward.pub"} <= set(made["files"])
+    assert "rotations/00000000.cose" in made["files"]
+    # After the backup: two more acknowledged entries, then the machine's ledger is lost.
+    admit(folder, "b")
+    admit(folder, "c", "language")
+    refused = run("ledger", "restore", str(backup), str(folder), code=1)
+    assert refused["error"] == "restore_loses_entries"
+    assert (refused["backup_length"], refused["acknowledged"], refused["lost"]) == (2, 4, 2)
+    assert [(e["seq"], e["claim"]) for e in refused["entries"]] == [(2, "b"), (3, "c")]
+    assert refused["usage_falls"] == {
+        "vision": {"spent_uj": MJ, "held_devices": 1},
+        "language": {"spent_uj": MJ, "held_devices": 1},
+    }
+    human = pool_cli("ledger", "restore", str(backup), str(folder))
+    assert human.returncode == 1
+    assert "restoring loses entries 2 to 3" in human.stdout
+    assert "--accept-loss" in human.stdout
+    # Nothing changed: the deployment still has its four entries.
+    assert run("ledger", "verify", str(folder))["length"] == 4
+
+    done = run("ledger", "restore", str(backup), str(folder), "--accept-loss")
+    assert (done["ok"], done["lost"]) == (True, 2)
+    log = [json.loads(line) for line in (folder / "restore.log").read_text().splitlines()]
+    assert log[-1]["accepted_loss"] is True
+    assert log[-1]["lost"] == 2
+    assert [e["claim"] for e in log[-1]["entries"]] == ["b", "c"]
+    replaced = [p for p in tmp_path.iterdir() if p.name.startswith("dep.replaced-")]
+    assert len(replaced) == 1  # the replaced deployment is kept, never deleted
+    verified = run("ledger", "verify", str(folder))
+    assert (verified["length"], verified["rotations"]) == (2, 1)
+    # No secret key came with the backup: sealing needs the key in force, put back apart.
+    assert (
+        pool_cli(
+            "admit", str(folder), "--id", "d", "--entitlement", "vision", "--estimate-uj", "1"
+        ).returncode
+        == 1
+    )
+    shutil.copy2(replaced[0] / "steward.key", folder / "steward.key")
+    admit(folder, "d")
+    assert run("ledger", "verify", str(folder))["length"] == 3
+
+
+def test_s6_1_restore_to_a_new_machine_with_the_key_loses_nothing(tmp_path: Path) -> None:
+    folder = tmp_path / "dep"
+    init_deployment(folder, "steward")
+    admit(folder, "a")
+    backup = tmp_path / "backup"
+    made = run("ledger", "backup", str(folder), str(backup), "--with-secret-key")
+    assert "steward.key" in made["files"]
+    assert (backup / "steward.key").stat().st_mode & 0o777 == 0o600
+    fresh = tmp_path / "new-machine"
+    done = run("ledger", "restore", str(backup), str(fresh))
+    assert (done["ok"], done["lost"]) == (True, 0)
+    admit(fresh, "b")
+    assert run("ledger", "verify", str(fresh))["length"] == 2
+    usage = run("usage", str(fresh))
+    vision = next(e for e in usage["entitlements"] if e["id"] == "vision")
+    assert vision["usage"]["reserved_uj"] == 2 * MJ
