@@ -1,8 +1,9 @@
 """`pool simulate`: replay a cluster trace under pool/1 and under a device-count quota.
 
 Writes `evaluation.md` and its PNG figures into `--out`, and prints a per-VC summary (or
-the figures as JSON with `--json`). Defaults point at `../shared/data/traces`, the shared
-data folder beside the checkout, read from the directory the command runs in.
+the figures as JSON with `--json`). The default data folder is the one
+shipped inside the package (`joulepool/data/traces`, with its licences), whatever the
+working folder.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--data-dir",
         default=str(DEFAULT_DATA_DIR),
         metavar="DIR",
-        help=f"the shared traces folder (default: {DEFAULT_DATA_DIR})",
+        help="the traces folder (default: the traces shipped with joulepool, seed 0 only)",
     )
     p.add_argument(
         "--seed", type=_count, default=0, help="the Gavel trace seed: philly-gavel/seed<N> (0)"
