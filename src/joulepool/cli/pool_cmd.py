@@ -112,6 +112,8 @@ def _admit(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
+    from joulepool.units import energy_text
+
     pool = _open(args)
     try:
         rel = pool.release(args.claim, _energy(args.actual_uj, args.grade))
@@ -122,7 +124,7 @@ def _release(args: argparse.Namespace) -> int:
         args,
         result,
         lambda c: c.print(
-            f"{rel.claim}: released at entry {rel.seq}; charged {rel.charged.uj:,} µJ "
+            f"{rel.claim}: released at entry {rel.seq}; charged {energy_text(rel.charged.uj)} "
             f"({rel.charged.grade.value}) in place of its reservation"
         ),
     )
@@ -130,8 +132,44 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def usage_rows(pool: Pool, index: int | None = None) -> list[dict[str, Any]]:
-    """Every entitlement's guarantees and usage in a period (API.md figures, DESIGN.md §3)."""
-    return [pool.report(ent.id, index) for ent in pool.tree]
+    """Every entitlement's guarantees and usage in a period, interior nodes with their
+    subtree's totals beside (API.md figures, DESIGN.md §3; `usage_report`)."""
+    from joulepool.usage_report import entitlement_reports
+
+    return entitlement_reports(pool, None, index)
+
+
+def usage_table(rows: list[dict[str, Any]], depth: dict[str, int], units: str) -> Any:
+    """`pool usage`'s table: one unit per energy column (issue 17), interior nodes marked Σ
+    and showing their subtree's totals."""
+    from joulepool.units import column
+
+    shown = [r.get("subtree", r["usage"]) for r in rows]
+    energy = {
+        "guarantee": [
+            u.get("guarantee_uj", r["guarantee_uj"]) for r, u in zip(rows, shown, strict=True)
+        ],
+        "limit": [r.get("limit_uj") for r in rows],
+        **{
+            name: [u[f"{name}_uj"] for u in shown]
+            for name in ("charged", "reserved", "committed", "remaining", "borrowed")
+        },
+    }
+    cols = {name: column(values, units) for name, values in energy.items()}
+    headings = [f"{name} ({cols[name].label})" for name in energy]
+    body = []
+    for i, (r, u) in enumerate(zip(rows, shown, strict=True)):
+        name = "  " * depth[r["id"]] + r["id"] + (" Σ" if "subtree" in r else "")
+        figures = [cols[n].show(values[i]) for n, values in energy.items()]
+        body.append(
+            [
+                name,
+                *figures,
+                f"{u['held_devices']}/{u.get('guarantee_devices', r['guarantee_devices'])}",
+                u["running_claims"],
+            ]
+        )
+    return ["entitlement", *headings, "devices", "running"], body
 
 
 def period_words(schedule: Any, period: Any) -> str:
@@ -154,53 +192,29 @@ def _usage(args: argparse.Namespace) -> int:
         index = None if args.period is None else pool.schedule.parse_label(args.period, "--period")
         period = pool.period(index)
         rows = usage_rows(pool, period.index)
+        tree = pool.tree
         length = pool.length
         words = period_words(pool.schedule, period)
     finally:
         pool.close()
 
+    depth = {e.id: sum(1 for _ in tree.ancestors(e.id)) for e in tree}
+    columns, body = usage_table(rows, depth, args.units)
+
     def human(c: Console) -> None:
         c.print(
-            table(
-                f"usage in {words}, at ledger length {length}",
-                [
-                    "entitlement",
-                    "guarantee",
-                    "charged",
-                    "reserved",
-                    "committed",
-                    "remaining",
-                    "borrowed",
-                    "devices",
-                    "running",
-                ],
-                [
-                    [
-                        r["id"],
-                        uj(r["guarantee_uj"]),
-                        uj(r["usage"]["charged_uj"]),
-                        uj(r["usage"]["reserved_uj"]),
-                        uj(r["usage"]["committed_uj"]),
-                        uj(r["usage"]["remaining_uj"]),
-                        uj(r["usage"]["borrowed_uj"]),
-                        f"{r['usage']['held_devices']}/{r['guarantee_devices']}",
-                        r["usage"]["running_claims"],
-                    ]
-                    for r in rows
-                ],
-                right=[
-                    "guarantee",
-                    "charged",
-                    "reserved",
-                    "committed",
-                    "remaining",
-                    "borrowed",
-                    "devices",
-                    "running",
-                ],
-            )
+            table(f"usage in {words}, at ledger length {length}", columns, body, right=columns[1:])
         )
-        c.print("devices and running claims are now, whatever the period (DESIGN.md §3)")
+        c.print(
+            "committed = charged (released actuals) + reserved (running claims): what admission "
+            "compares with the guarantee; devices and running claims are now, whatever the period"
+        )
+        if any("subtree" in r for r in rows):
+            c.print(
+                "Σ: an interior node's figures are its whole subtree's totals (--json: `subtree`)"
+            )
+        if args.units not in {"uj", "j"}:
+            c.print("figures are rounded in each column's unit; --units uj or --json give exact µJ")
 
     out = {"length": length, "period": period.to_json(), "entitlements": rows}
     if pool.schedule.kind != "none":
@@ -383,6 +397,21 @@ def _attribute(args: argparse.Namespace) -> int:
     return 0
 
 
+def energy_flag(text: str) -> int:
+    """An energy typed on the command line, with its unit (`4MJ`, `2.5kWh`; a bare number is
+    µJ): exact integer µJ or a one-line refusal (issue 17; `joulepool.units`)."""
+    from joulepool.errors import InvalidInput
+    from joulepool.units import parse_energy
+
+    try:
+        return parse_energy(text, "energy")
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+ENERGY_HELP = "4MJ, 2.5kWh, 750J, 123uJ; a bare number is µJ"
+
+
 def _uint(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
@@ -405,11 +434,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--id", required=True, help="the claim's id (never reused)")
     p.add_argument("--entitlement", required=True)
-    p.add_argument("--gang-size", type=_uint, default=1)
-    p.add_argument("--devices-per-member", type=_uint, default=1)
-    p.add_argument("--estimate-uj", type=_uint, help="the gang's total energy estimate, µJ")
+    p.add_argument("--gang-size", type=_uint, default=1, help="members of the gang (default: 1)")
     p.add_argument(
-        "--grade", choices=GRADES, default="Estimator", help="the estimate's grade (Estimator)"
+        "--devices-per-member", type=_uint, default=1, help="devices each member holds (default: 1)"
+    )
+    p.add_argument(
+        "--estimate",
+        "--estimate-uj",
+        dest="estimate_uj",
+        type=energy_flag,
+        metavar="ENERGY",
+        help=f"the gang's total energy estimate ({ENERGY_HELP}); no default: give it or --earned",
+    )
+    p.add_argument(
+        "--grade",
+        choices=GRADES,
+        default="Estimator",
+        help="the estimate's grade (default: Estimator)",
     )
     p.add_argument("--class", dest="class_", help="the claim's class, recorded for §2.6 history")
     p.add_argument(
@@ -421,7 +462,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("release", help="record a claim's end, charging its actual energy")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("claim", metavar="CLAIM")
-    p.add_argument("--actual-uj", type=_uint, required=True)
+    p.add_argument(
+        "--actual",
+        "--actual-uj",
+        dest="actual_uj",
+        type=energy_flag,
+        required=True,
+        metavar="ENERGY",
+        help=f"the energy the claim used ({ENERGY_HELP})",
+    )
     p.add_argument(
         "--grade", choices=GRADES, required=True, help="the grade of the meter that read it"
     )
@@ -439,6 +488,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--history", metavar="ENT", help="each period's charged energy against ENT's guarantee"
+    )
+    p.add_argument(
+        "--units",
+        choices=("auto", "kwh", "j", "uj"),
+        default="auto",
+        help="energy unit of the table: auto picks J, kJ, MJ or GJ per column (default: auto)",
     )
     add_json(p)
     p.set_defaults(handler=_usage)
@@ -478,7 +533,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_idle)
 
     p = sub.add_parser("attribute", help="divide a device's energy among its occupants (§2.5)")
-    p.add_argument("--total-uj", type=_uint, required=True)
+    p.add_argument(
+        "--total",
+        "--total-uj",
+        dest="total_uj",
+        type=energy_flag,
+        required=True,
+        metavar="ENERGY",
+        help=f"the device's total energy ({ENERGY_HELP})",
+    )
     p.add_argument("--grade", choices=GRADES, required=True)
     p.add_argument("--occupant", action="append", default=[], metavar="ID=WEIGHT")
     add_json(p)

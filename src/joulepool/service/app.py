@@ -541,7 +541,9 @@ def create_app(
     # -- entitlements --------------------------------------------------------------------
 
     def entitlement_json(pool: Pool, node: str, index: int | None = None) -> dict[str, Any]:
-        return pool.report(node, index)
+        from joulepool.usage_report import entitlement_reports
+
+        return entitlement_reports(pool, [node], index)[0]
 
     @app.get(
         "/v1/entitlements",
@@ -553,7 +555,9 @@ def create_app(
         """The tree and its usage, as far as the token's scope reaches."""
         pool = service.fresh_pool()
         visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
-        return JSONResponse({"entitlements": [entitlement_json(pool, i) for i in visible]})
+        from joulepool.usage_report import entitlement_reports
+
+        return JSONResponse({"entitlements": entitlement_reports(pool, visible)})
 
     @app.get(
         "/v1/entitlements/{entitlement}",

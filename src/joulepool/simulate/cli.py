@@ -32,6 +32,15 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_energy(text: str) -> int:
+    from joulepool.cli.pool_cmd import energy_flag
+
+    value = energy_flag(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from joulepool.simulate.errors import SimulationConfigError
     from joulepool.simulate.evaluation import Settings, evaluate
@@ -141,10 +150,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"cluster GPUs, split among VCs by size (default: {DEFAULT_GPUS})",
     )
     p.add_argument(
+        "--budget",
         "--budget-uj",
-        type=_positive,
+        dest="budget_uj",
+        type=_positive_energy,
         default=DEFAULT_BUDGET_UJ,
-        help=f"the cluster's energy budget for the window, µJ (default: {DEFAULT_BUDGET_UJ})",
+        metavar="ENERGY",
+        help="the cluster's energy budget for the window: 500GJ, 2.5kWh, a bare number in µJ "
+        "(default: 500GJ)",
     )
     p.add_argument(
         "--tdp-w",
