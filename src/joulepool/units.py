@@ -163,7 +163,8 @@ def column(values: Sequence[int | None], units: str = "auto") -> Column:
 def energy_text(value: int) -> str:
     """One figure for a sentence: its auto unit, and the exact µJ beside it when rounded."""
     col = column([value])
+    per = UJ_PER[col.unit]
+    if value % per == 0:
+        return f"{value // per:,} {col.label}"
     shown = f"{col.show(value)} {col.label}"
-    if value % UJ_PER[col.unit] == 0 or col.unit == "J":
-        return shown
-    return f"{shown} ({value:,} µJ)"
+    return shown if col.unit == "J" else f"{shown} ({value:,} µJ)"

@@ -100,15 +100,122 @@ def _admit(args: argparse.Namespace) -> int:
             estimate,
             args.class_,
         )
-        decision = pool.submit(claim)
+        if args.dry_run:
+            from joulepool.claims_view import dry_run
+
+            decision = dry_run(pool, claim)
+        else:
+            decision = pool.submit(claim)
         noun = pool.schedule.noun
+        hint = ""
+        if (
+            decision.verdict.verdict == "deny"
+            and decision.verdict.reason.value == "unknown_entitlement"
+        ):
+            from joulepool.claims_view import did_you_mean
+
+            hint = did_you_mean(pool.tree, claim.entitlement)
     finally:
         pool.close()
-    words = explain(decision.verdict)
+    words = explain(decision.verdict) + hint
     if decision.period_end_ms is not None:
         words += f"; it {renewal(decision.period_end_ms, noun)}"
-    emit(args, decision.to_json(), lambda c: c.print(f"{claim.id}: {words}"))
+    out = decision.to_json()
+    if args.dry_run:
+        # A dry run's verdict is what a submission would get now; nothing was written.
+        out["dry_run"] = True
+        words = f"would be {words}" + (" (dry run: nothing written)")
+    emit(args, out, lambda c: c.print(f"{claim.id}: {words}"))
     return EXIT_BY_VERDICT[decision.verdict.verdict]
+
+
+def _claims(args: argparse.Namespace) -> int:
+    from joulepool.claims_view import claim_json, claims
+    from joulepool.periods import utc_text
+    from joulepool.units import column
+
+    pool = _open(args)
+    try:
+        found = claims(pool, args.entitlement, args.state)
+    finally:
+        pool.close()
+    rows = [claim_json(state) | {"admitted_ms": at} for state, at in found]
+
+    def human(c: Console) -> None:
+        reserved = column([r["reserved"]["uj"] for r in rows])
+        actual = column([r["actual"]["uj"] if "actual" in r else None for r in rows])
+        c.print(
+            table(
+                f"{len(rows)} claim(s)",
+                [
+                    "claim",
+                    "entitlement",
+                    "state",
+                    "admitted",
+                    "devices",
+                    f"reserved ({reserved.label})",
+                    f"actual ({actual.label})",
+                    "grade",
+                ],
+                [
+                    [
+                        r["claim"],
+                        r["entitlement"],
+                        r["state"],
+                        utc_text(r["admitted_ms"]),
+                        r["devices"],
+                        reserved.show(r["reserved"]["uj"]),
+                        actual.show(r["actual"]["uj"]) if "actual" in r else None,
+                        (r.get("actual") or r["reserved"])["grade"],
+                    ]
+                    for r in rows
+                ],
+                right=["devices", f"reserved ({reserved.label})", f"actual ({actual.label})"],
+            )
+        )
+
+    emit(args, {"claims": rows}, human)
+    return 0
+
+
+def _claim(args: argparse.Namespace) -> int:
+    from joulepool.claims_view import claim_json
+    from joulepool.errors import ClaimError
+    from joulepool.periods import utc_text
+    from joulepool.units import energy_text
+
+    pool = _open(args)
+    try:
+        state = pool.claim_state(args.claim)
+    finally:
+        pool.close()
+    if state is None:
+        raise ClaimError(
+            "unknown_claim",
+            f"the ledger never admitted claim {args.claim!r} (Queue and Deny leave no record)",
+        )
+    out = claim_json(state) | {"admitted_ms": state.admitted.at_ms}
+    if state.released is not None:
+        out["released_ms"] = state.released.at_ms
+
+    def human(c: Console) -> None:
+        adm = state.admitted
+        c.print(f"claim {state.claim}: {out['state']}, entitlement {adm.entitlement}")
+        c.print(
+            f"admitted at entry {state.admitted_seq} ({utc_text(adm.at_ms)}): "
+            f"{adm.gang_size} member(s) × {adm.devices_per_member} device(s), reserved "
+            f"{energy_text(adm.reserved.uj)} ({adm.reserved.grade.value}), "
+            f"borrowed {energy_text(adm.borrowed_uj)}, class {adm.class_ or '-'}"
+        )
+        if state.released is not None:
+            rel = state.released
+            c.print(
+                f"released at entry {state.released_seq} ({utc_text(rel.at_ms)}): charged "
+                f"{energy_text(rel.actual.uj)} ({rel.actual.grade.value})"
+            )
+
+    emit(args, out, human)
+    return 0
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -456,8 +563,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--earned", action="store_true", help="use the estimate this class earned from the ledger"
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="the verdict against live usage now, with the same exit code; nothing is written",
+    )
     add_json(p)
     p.set_defaults(handler=_admit)
+
+    p = sub.add_parser(
+        "claims", help="claims admitted per entitlement, running or released (squeue's job)"
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--entitlement", metavar="E", help="only E and its descendants (default: all)")
+    p.add_argument(
+        "--state", choices=("running", "released"), help="only claims in this state (default: both)"
+    )
+    add_json(p)
+    p.set_defaults(handler=_claims)
+
+    p = sub.add_parser("claim", help="where one claim stands: its reservation, actual, entries")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("claim", metavar="ID")
+    add_json(p)
+    p.set_defaults(handler=_claim)
 
     p = sub.add_parser("release", help="record a claim's end, charging its actual energy")
     p.add_argument("dir", metavar="DIR")

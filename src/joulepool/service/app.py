@@ -523,19 +523,9 @@ def create_app(
         )
         if state is None:
             raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
-        adm = state.admitted
-        out: dict[str, Any] = {
-            "claim": shown_id(who.tenant, state.claim),
-            "state": "running" if state.running else "released",
-            "entitlement": adm.entitlement,
-            "reserved": adm.reserved.to_json(),
-            "devices": adm.devices,
-            "borrowed_uj": adm.borrowed_uj,
-            "admitted_seq": state.admitted_seq,
-        }
-        if state.released is not None:
-            out["actual"] = state.released.actual.to_json()
-            out["released_seq"] = state.released_seq
+        from joulepool.claims_view import claim_json
+
+        out = claim_json(state, shown_id(who.tenant, state.claim))
         return JSONResponse(out)
 
     # -- entitlements --------------------------------------------------------------------
