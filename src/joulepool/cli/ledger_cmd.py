@@ -46,6 +46,10 @@ def locate(target: str, key: str | None, witnesses: str | None = None) -> Locate
     from joulepool.errors import InvalidInput
 
     path = Path(target)
+    if not path.exists():
+        raise InvalidInput(
+            target, "no such file or folder; give a ledger file or a deployment folder"
+        )
     deployment = path.is_dir()
     ledger = path / LEDGER if deployment else path
     if deployment and not ledger.is_file():

@@ -20,9 +20,10 @@ EXIT_BY_VERDICT = {"admit": 0, "queue": 3, "deny": 4}
 
 
 def _open(args: argparse.Namespace) -> Pool:
+    from joulepool.cli.paths import deployment_dir
     from joulepool.pool import open_pool
 
-    return open_pool(Path(args.dir))
+    return open_pool(deployment_dir(args.dir))
 
 
 def init_deployment(folder: Path, steward: str) -> None:
@@ -405,7 +406,10 @@ def _read_json(source: str) -> Any:
         data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise InvalidInput(source, f"cannot read: {exc.strerror}") from None
-    return loads_strict(data)
+    try:
+        return loads_strict(data)
+    except InvalidInput as exc:
+        raise InvalidInput(source, str(exc)) from None
 
 
 def _run_op(case: dict[str, Any]) -> dict[str, Any]:
@@ -440,9 +444,10 @@ def _preempt(args: argparse.Namespace) -> int:
 def _idle(args: argparse.Namespace) -> int:
     policy: dict[str, int] = {}
     if args.dir is not None:
+        from joulepool.cli.paths import deployment_dir
         from joulepool.deployment import CONFIG, read_config
 
-        configured = read_config(Path(args.dir) / CONFIG).idle
+        configured = read_config(deployment_dir(args.dir) / CONFIG).idle
         if configured.window_us is not None:
             policy["window_us"] = configured.window_us
         if configured.threshold_uw is not None:

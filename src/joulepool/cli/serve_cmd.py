@@ -148,6 +148,7 @@ def _tune_collector(service: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from joulepool.cli.paths import deployment_dir
     from joulepool.deployment import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput, PoolError
     from joulepool.service.app import create_app
@@ -160,7 +161,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     from joulepool.service.tokens import TokenBook, read_tokens
 
-    folder = Path(args.dir)
+    folder = deployment_dir(args.dir)
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
     log_config = _log_config(args.log_level)
@@ -254,11 +255,12 @@ def _log_config(level: str) -> dict[str, Any]:
 
 
 def _token_add(args: argparse.Namespace) -> int:
+    from joulepool.cli.paths import deployment_dir
     from joulepool.deployment import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput
     from joulepool.service.tokens import add_token, scope_problem
 
-    folder = Path(args.dir)
+    folder = deployment_dir(args.dir)
     tree = read_config(folder / CONFIG).tree
     problem = scope_problem(args.scope, tree)
     if problem is not None:
