@@ -130,6 +130,14 @@ def _admit(args: argparse.Namespace) -> int:
     return EXIT_BY_VERDICT[decision.verdict.verdict]
 
 
+def _confirmed(words: str) -> bool:
+    """An operator at a terminal confirms a doubtful figure by typing `yes`; piped, never."""
+    if not sys.stdin.isatty():
+        return False
+    print(f"{words}.\nCharge it anyway? Type yes to confirm: ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip() == "yes"
+
+
 def _claims(args: argparse.Namespace) -> int:
     from joulepool.claims_view import claim_json, claims
     from joulepool.periods import utc_text
@@ -220,10 +228,30 @@ def _claim(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
+    from joulepool.deployment import CONFIG, read_config
+    from joulepool.plausibility import check_release, refusal
     from joulepool.units import energy_text
 
     pool = _open(args)
     try:
+        ceiling = read_config(Path(args.dir) / CONFIG).max_device_power_w
+        finding = check_release(pool, args.claim, args.actual_uj, ceiling)
+        if finding is not None:
+            if not args.override and not _confirmed(finding.words):
+                if finding.kind == "above_ceiling":
+                    raise refusal(finding)
+                from joulepool.errors import ClaimError
+
+                raise ClaimError(
+                    "implausible_actual",
+                    f"claim {args.claim!r}: {finding.words}; nothing was charged. "
+                    "If the figure is right, release again with --override",
+                )
+            # Charged as typed, and said where the operator's log (stderr) keeps it.
+            print(
+                f"pool: warning: release {args.claim!r} overridden: {finding.words}",
+                file=sys.stderr,
+            )
         rel = pool.release(args.claim, _energy(args.actual_uj, args.grade))
     finally:
         pool.close()
@@ -607,6 +635,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--grade", choices=GRADES, required=True, help="the grade of the meter that read it"
+    )
+    p.add_argument(
+        "--override",
+        action="store_true",
+        help="charge a figure above max_device_power_w's physical bound, or (with no ceiling "
+        "configured) over 10× its reservation, without asking; logged on stderr",
     )
     add_json(p)
     p.set_defaults(handler=_release)

@@ -71,7 +71,13 @@ def build_service(
     # Scopes are checked against the tree being served: a token naming an entitlement it
     # does not have refuses the start (API.md, Tokens).
     tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
-    digest = config_digest(config.tree, config.idle, config.required_evidence, config.period)
+    digest = config_digest(
+        config.tree,
+        config.idle,
+        config.required_evidence,
+        config.period,
+        config.max_device_power_w,
+    )
     held: Any = None
     if not postgres:
         from joulepool.stores.file import LedgerLock
@@ -120,7 +126,13 @@ def build_service(
             store.close()
             raise
 
-    return Service(opener, tokens, folder / WITNESSES, config_digest=digest)
+    return Service(
+        opener,
+        tokens,
+        folder / WITNESSES,
+        config_digest=digest,
+        max_device_power_w=config.max_device_power_w,
+    )
 
 
 def _tune_collector(service: Any) -> None:
@@ -197,7 +209,13 @@ def _serve(args: argparse.Namespace) -> int:
             tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
             # On PostgreSQL a changed pool.toml is recorded for every replica in the same
             # step (docs/reliability.md §8).
-            service.reload(config.tree, config.period, config.idle, config.required_evidence)
+            service.reload(
+                config.tree,
+                config.period,
+                config.idle,
+                config.required_evidence,
+                config.max_device_power_w,
+            )
         except PoolError as exc:
             print(
                 f"pool serve: error: reload refused, keeping the old configuration: {exc}",

@@ -131,6 +131,8 @@ class Service:
     failure: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     config_digest: bytes | None = None
+    # pool.toml's `max_device_power_w`: the release ceiling (issue 17, `plausibility`).
+    max_device_power_w: int | None = None
     # The code /readyz last answered 503 with, so a change is logged once, not every probe.
     unready: str | None = None
     stopping: bool = False
@@ -182,7 +184,12 @@ class Service:
             log.error("%s: %s", exc.code, exc)
 
     def reload(
-        self, tree: Tree, period: Schedule, idle: IdlePolicy, required_evidence: int
+        self,
+        tree: Tree,
+        period: Schedule,
+        idle: IdlePolicy,
+        required_evidence: int,
+        max_device_power_w: int | None = None,
     ) -> None:
         """Put a changed pool.toml in force (SIGHUP); raises `PoolError` and changes nothing
         if it cannot. On a store shared by replicas, a pool.toml whose digest changed with
@@ -199,7 +206,7 @@ class Service:
                 "the ledger is not replayed yet (or failed to start): the configuration "
                 "was not reloaded; send SIGHUP again once /readyz says ready"
             )
-        digest = config_digest(tree, idle, required_evidence, period)
+        digest = config_digest(tree, idle, required_evidence, period, max_device_power_w)
         store = pool.store
         before: Callable[[], None] | None = None
         if isinstance(store, PostgresStore) and digest != self.config_digest:
@@ -227,6 +234,7 @@ class Service:
                 store.name,
             )
         self.config_digest = digest
+        self.max_device_power_w = max_device_power_w
 
     def readiness(self) -> dict[str, Any]:
         """/readyz: ready once replayed and while the next write can be expected to
@@ -319,7 +327,12 @@ class FailureLog:
 _store_failures = FailureLog()
 
 
-_CLAIM_ERRORS = {"claim_exists": 409, "unknown_claim": 404, "already_released": 409}
+_CLAIM_ERRORS = {
+    "claim_exists": 409,
+    "unknown_claim": 404,
+    "already_released": 409,
+    "implausible_actual": 422,
+}
 
 
 def _error(status: int, code: str, detail: str) -> JSONResponse:
@@ -487,16 +500,41 @@ def create_app(
     @app.post(
         "/v1/claims/{claim_id:path}/release",
         response_model=m.ReleaseOut,
-        responses={**ERRORS, 404: {"model": m.ErrorOut}, 409: {"model": m.ErrorOut}},
+        responses={
+            **ERRORS,
+            404: {"model": m.ErrorOut},
+            409: {"model": m.ErrorOut},
+            422: {"model": m.ErrorOut, "description": "invalid_input, or implausible_actual"},
+        },
         tags=["claims"],
     )
     async def release(
-        claim_id: str, body: m.ReleaseIn, _who: Principal = Depends(operator)
+        claim_id: str, body: m.ReleaseIn, who: Principal = Depends(operator)
     ) -> Response:
-        """Record a claim's end, charging its actual figure in place of its reservation (§6.2)."""
+        """Record a claim's end, charging its actual figure in place of its reservation (§6.2);
+        a figure above the physical ceiling is 422 `implausible_actual` unless overridden."""
+        from joulepool.plausibility import check_release, refusal
+
         committer = service.ready_committer()
         started = time.perf_counter()
         actual = Energy.from_json(body.actual.model_dump(), "actual")
+        # The claim's state is read under the pool's lock: off the event loop, so a commit in
+        # progress never stalls the admissions the loop is serving.
+        finding = await run_in_threadpool(
+            check_release, committer.pool, claim_id, actual.uj, service.max_device_power_w
+        )
+        if finding is not None:
+            if finding.kind == "above_ceiling" and not body.override:
+                raise refusal(finding)
+            # An override, or a figure far above its reservation with no ceiling to judge it
+            # by: charged as sent, and left in the log for whoever reads it (issue 17).
+            log.warning(
+                "release %s %s by %s: %s",
+                "override" if body.override else "flagged",
+                finding.kind,
+                who.name,
+                finding.words,
+            )
         rel = await committer.release(claim_id, actual)
         metrics.commit_seconds.observe(time.perf_counter() - started)
         return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})

@@ -52,6 +52,10 @@ class ReleaseIn(Strict):
     """A release: what the claim actually spent (§6.2)."""
 
     actual: EnergyIn
+    override: bool = Field(
+        default=False,
+        description="charge a figure above the physical ceiling anyway (operator; logged)",
+    )
 
 
 class EstimateIn(Strict):
