@@ -284,8 +284,75 @@ def _token_add(args: argparse.Namespace) -> int:
     if problem is not None:
         raise InvalidInput("--scope", f"{problem} (tree: {folder / CONFIG})")
     name = args.name or args.scope.replace(":", "-")
-    token = add_token(folder / TOKENS, name, args.scope, tree)
-    emit(args, {"name": name, "scope": args.scope, "token": token}, lambda c: c.print(token))
+    expires = None
+    if args.expires is not None:
+        from joulepool.service.tokens import parse_expiry
+
+        expires = parse_expiry(args.expires)
+    token = add_token(folder / TOKENS, name, args.scope, tree, expires)
+    out = {"name": name, "scope": args.scope, "token": token}
+    if expires is not None:
+        out["expires"] = expires.isoformat()
+    emit(args, out, lambda c: c.print(token))
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    from joulepool.cli.paths import deployment_dir
+    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.service.tokens import read_tokens
+
+    folder = deployment_dir(args.dir)
+    entries = read_tokens(folder / TOKENS, read_config(folder / CONFIG).tree)
+
+    def when(value: Any) -> str | None:
+        return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+    # Names, scopes and dates only: the token is never stored, and its hash is not shown.
+    rows = [
+        {
+            "name": e.name,
+            "scope": e.scope,
+            "created": when(e.created),
+            "expires": when(e.expires),
+            "state": "expired" if e.expired() else "active",
+        }
+        for e in entries
+    ]
+
+    def human(c: Any) -> None:
+        from joulepool.cli.output import table
+
+        c.print(
+            table(
+                f"{len(rows)} token(s) in {folder / TOKENS}",
+                ["name", "scope", "created", "expires", "state"],
+                [
+                    [r["name"], r["scope"], r["created"], r["expires"] or "never", r["state"]]
+                    for r in rows
+                ],
+            )
+        )
+
+    emit(args, {"tokens": rows}, human)
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    from joulepool.cli.paths import deployment_dir
+    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.service.tokens import revoke_token
+
+    folder = deployment_dir(args.dir)
+    gone = revoke_token(folder / TOKENS, args.name, read_config(folder / CONFIG).tree)
+    emit(
+        args,
+        {"revoked": gone.name, "scope": gone.scope},
+        lambda c: c.print(
+            f"revoked token {gone.name!r} ({gone.scope}); a running pool serve stops taking it "
+            "once sent SIGHUP (kill -HUP <pid>)"
+        ),
+    )
     return 0
 
 
@@ -378,5 +445,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="'operator', 'metrics' (reads /metrics only) or 'tenant:<entitlement id>'",
     )
     a.add_argument("--name", help="a name for the token (default: from the scope)")
+    a.add_argument(
+        "--expires",
+        metavar="WHEN",
+        help="when it stops working: 90d, 12h, 30m from now, or a date such as 2027-01-01 "
+        "(default: never)",
+    )
     add_json(a)
     a.set_defaults(handler=_token_add)
+
+    a = tsub.add_parser("list", help="tokens by name, scope, created and expires (never a secret)")
+    a.add_argument("dir", metavar="DIR")
+    add_json(a)
+    a.set_defaults(handler=_token_list)
+
+    a = tsub.add_parser("revoke", help="remove a token; a running pool serve drops it on SIGHUP")
+    a.add_argument("dir", metavar="DIR")
+    a.add_argument("name", metavar="NAME")
+    add_json(a)
+    a.set_defaults(handler=_token_revoke)
