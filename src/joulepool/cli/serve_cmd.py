@@ -197,7 +197,8 @@ def _serve(args: argparse.Namespace) -> int:
         args.header_timeout_s,
         args.max_header_bytes,
     )
-    app = create_app(service, limits=limits)
+    access = None if args.no_access_log else (sys.stderr, args.log_format)
+    app = create_app(service, limits=limits, access_log=access)
 
     def reload(_signum: int, _frame: object) -> None:
         # A changed tree, period or token list takes effect; a broken one is refused and the
@@ -432,6 +433,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=connections.max_connections,
         help=f"connections held at once, at most the descriptor limit less "
         f"{RESERVED_DESCRIPTORS} ({connections.max_connections})",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("human", "json"),
+        default="human",
+        help="the access log's lines on stderr: words, or one JSON object each (default: human)",
+    )
+    p.add_argument(
+        "--no-access-log",
+        action="store_true",
+        help="no line per request (time, token name, method, path, status, claim, verdict)",
     )
     p.set_defaults(handler=_serve)
 

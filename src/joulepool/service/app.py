@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 from fastapi import Depends, FastAPI, Query, Request
@@ -38,6 +38,7 @@ from joulepool.ledger.witness import Attestation, verified_statement
 from joulepool.periods import Schedule
 from joulepool.pool import Pool
 from joulepool.service import models as m
+from joulepool.service.access_log import AccessLog, note
 from joulepool.service.apidocs import api_reference
 from joulepool.service.boundary import Boundary, principal_of
 from joulepool.service.committer import Committer
@@ -359,9 +360,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    service: Service, *, limits: Limits | None = None, replay_in_background: bool = True
+    service: Service,
+    *,
+    limits: Limits | None = None,
+    replay_in_background: bool = True,
+    access_log: tuple[TextIO, str] | None = None,
 ) -> FastAPI:
-    """The application over `service` (API.md), behind its trust boundary (`Boundary`)."""
+    """The application over `service` (API.md), behind its trust boundary (`Boundary`), with
+    one access-log line per request on `access_log`'s stream in its format, if given."""
     metrics = Metrics(lambda: service.pool)
 
     @asynccontextmanager
@@ -386,6 +392,9 @@ def create_app(
     )
     app.router.route_class = ParseOffLoop
     app.add_middleware(Boundary, tokens=lambda: service.tokens, limits=limits or Limits())
+    if access_log is not None:
+        # Added last, so outermost: the boundary's refusals are logged too.
+        app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])
     app.state.service = service
     app.state.metrics = metrics
 
@@ -493,8 +502,14 @@ def create_app(
         out["claim"] = body.id  # as the client named it, without the tenant's namespace
         if isinstance(decision.verdict, Admit):
             record("admit", "")
+            note(request.scope, body.id, "admit")
         else:
             record(decision.verdict.verdict, decision.verdict.reason.value)
+            note(
+                request.scope,
+                body.id,
+                f"{decision.verdict.verdict}:{decision.verdict.reason.value}",
+            )
         return Response(msgspec.json.encode(out), media_type="application/json")
 
     @app.post(
@@ -509,7 +524,7 @@ def create_app(
         tags=["claims"],
     )
     async def release(
-        claim_id: str, body: m.ReleaseIn, who: Principal = Depends(operator)
+        claim_id: str, body: m.ReleaseIn, request: Request, who: Principal = Depends(operator)
     ) -> Response:
         """Record a claim's end, charging its actual figure in place of its reservation (§6.2);
         a figure above the physical ceiling is 422 `implausible_actual` unless overridden."""
@@ -536,6 +551,7 @@ def create_app(
                 finding.words,
             )
         rel = await committer.release(claim_id, actual)
+        note(request.scope, claim_id, "released" if finding is None else f"released:{finding.kind}")
         metrics.commit_seconds.observe(time.perf_counter() - started)
         return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
 
