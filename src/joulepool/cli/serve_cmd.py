@@ -171,9 +171,11 @@ def _serve(args: argparse.Namespace) -> int:
         connection_cap,
         raise_descriptor_limit,
     )
+    from joulepool.service.tls import tls_options
     from joulepool.service.tokens import TokenBook, read_tokens
 
     folder = deployment_dir(args.dir)
+    tls = tls_options(args.tls_cert, args.tls_key, args.tls_client_ca)
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
     log_config = _log_config(args.log_level)
@@ -231,7 +233,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "::1", "localhost"):
         print(f"pool serve: listening on {args.host}, beyond loopback", file=sys.stderr)
     print(
-        f"pool serve: {folder} on http://{args.host}:{args.port} (pid {os.getpid()}); "
+        f"pool serve: {folder} on {'https' if tls else 'http'}://{args.host}:{args.port} "
+        f"(pid {os.getpid()}){'; mutual TLS' if 'ssl_ca_certs' in tls else ''}; "
         f"at most {connections.max_connections} connections, bodies of "
         f"{limits.max_body_bytes} bytes, headers within {connections.header_timeout_s:g} s",
         file=sys.stderr,
@@ -253,6 +256,7 @@ def _serve(args: argparse.Namespace) -> int:
         # The bridge, the dashboard and the CLI reuse connections; uvicorn's own per-request
         # cap would answer 503 where the cap above already bounds what is held.
         limit_concurrency=None,
+        **tls,
     )
     return 0
 
@@ -433,6 +437,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=connections.max_connections,
         help=f"connections held at once, at most the descriptor limit less "
         f"{RESERVED_DESCRIPTORS} ({connections.max_connections})",
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    p.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="mutual TLS: accept only clients with a certificate from this CA (PEM)",
     )
     p.add_argument(
         "--log-format",
