@@ -109,6 +109,17 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def energy_column(
+    name: str, values: Sequence[int | None], units: str = "auto"
+) -> tuple[str, list[str]]:
+    """A column of µJ figures in one readable unit (issue 17): its heading, `name (MJ)`, and
+    its cells; `--json` carries the exact integers."""
+    from joulepool.units import column
+
+    col = column(values, units)
+    return f"{name} ({col.label})", [col.show(v) for v in values]
+
+
 def uj(value: int | None) -> str:
     """Microjoules for people, exactly: joules with the µJ as decimals, or µJ below a joule.
 

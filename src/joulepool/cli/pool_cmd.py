@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from joulepool.cli.output import add_json, emit, table, uj
+from joulepool.cli.output import add_json, emit, energy_column, table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -366,10 +366,16 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
     def human(c: Console) -> None:
         from joulepool.periods import utc_text
 
+        periods = result["periods"]
+        energy = [
+            energy_column(name, [r[f"{name}_uj"] for r in periods], args.units)
+            for name in ("charged", "reserved", "guarantee", "remaining")
+        ]
+        headings = [h for h, _ in energy]
         c.print(
             table(
                 f"{args.history}: each {schedule.noun}'s energy against its guarantee",
-                ["period", "from", "claims", "charged", "reserved", "guarantee", "remaining"],
+                ["period", "from", "claims", *headings],
                 [
                     [
                         r["label"],
@@ -377,14 +383,11 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
                         if r["period"]["start_ms"] is None
                         else utc_text(r["period"]["start_ms"]),
                         r["claims"],
-                        uj(r["charged_uj"]),
-                        uj(r["reserved_uj"]),
-                        uj(r["guarantee_uj"]),
-                        uj(r["remaining_uj"]),
+                        *(cells[i] for _, cells in energy),
                     ]
-                    for r in result["periods"]
+                    for i, r in enumerate(periods)
                 ],
-                right=["claims", "charged", "reserved", "guarantee", "remaining"],
+                right=["claims", *headings],
             )
         )
         c.print("a guarantee unspent at its period's end is gone: nothing carries over")
@@ -450,6 +453,22 @@ def _run_op(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _per_unit(cost: str | None) -> str:
+    """A realised cost (§5.1, `n/d` µJ per unit) as people read it: `80 kJ`, or its exact
+    fraction beside a rounded figure; `--json` keeps the fraction as computed."""
+    from fractions import Fraction
+
+    from joulepool.units import column, energy_text
+
+    if not cost:
+        return "undefined (nothing completed)"
+    value = Fraction(cost)
+    if value.denominator == 1:
+        return energy_text(int(value))
+    col = column([round(value)])
+    return f"≈ {col.show(round(value))} {col.label} ({cost} µJ exactly)"
+
+
 def _preempt(args: argparse.Namespace) -> int:
     result = _run_op({"op": "preemption_order", "workloads": _read_json(args.workloads)})
 
@@ -457,11 +476,8 @@ def _preempt(args: argparse.Namespace) -> int:
         c.print(
             table(
                 "preemption order (§5.2): evidence first, most expensive first; then unmeasured, lowest priority first",
-                ["#", "workload", "realised cost (µJ per unit)"],
-                [
-                    [i + 1, k, result["costs"][k] or "undefined (nothing completed)"]
-                    for i, k in enumerate(result["order"])
-                ],
+                ["#", "workload", "realised cost per unit"],
+                [[i + 1, k, _per_unit(result["costs"][k])] for i, k in enumerate(result["order"])],
             )
         )
 
@@ -522,15 +538,22 @@ def _attribute(args: argparse.Namespace) -> int:
             "occupants": occupants,
         }
     )
+    from joulepool.units import energy_text
+
+    shares = result["shares"]
+    heading, cells = energy_column("share", [v["uj"] for v in shares.values()])
     emit(
         args,
         result,
         lambda c: c.print(
             table(
-                f"{args.total_uj:,} µJ ({args.grade}) divided (§2.5)",
-                ["occupant", "weight", "share", "grade"],
-                [[k, occupants[k], uj(v["uj"]), v["grade"]] for k, v in result["shares"].items()],
-                right=["weight", "share"],
+                f"{energy_text(args.total_uj)} ({args.grade}) divided (§2.5)",
+                ["occupant", "weight", heading, "grade"],
+                [
+                    [k, occupants[k], cell, v["grade"]]
+                    for (k, v), cell in zip(shares.items(), cells, strict=True)
+                ],
+                right=["weight", heading],
             )
         ),
     )
