@@ -85,3 +85,34 @@ def test_issue17_no_access_log_turns_it_off(tmp_path: Path) -> None:
         assert "/v1/claims" not in serve.output()
     finally:
         serve.kill()
+
+
+def test_issue17_a_log_that_cannot_be_written_never_costs_an_answer() -> None:
+    """A full disk under the log (tests/reliability/test_full_disk.py) drops the line."""
+    import asyncio
+    import io
+    from typing import Any
+
+    from joulepool.service.access_log import AccessLog
+
+    class Full(io.StringIO):
+        def write(self, _s: str) -> int:
+            raise OSError(28, "No space left on device")
+
+    sent: list[dict[str, Any]] = []
+
+    async def app(_scope: Any, _receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 503, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b""}
+
+    log = AccessLog(app, Full(), "human")
+    scope = {"type": "http", "method": "POST", "path": "/v1/claims", "state": {}}
+    asyncio.run(log(scope, receive, send))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert log.dropped == 1

@@ -89,6 +89,7 @@ class AccessLog:
 
     def __init__(self, app: ASGIApp, stream: TextIO, fmt: str = "human") -> None:
         self.app, self.stream, self.fmt = app, stream, fmt
+        self.dropped = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request through, noting its status, then write its line."""
@@ -110,15 +111,19 @@ class AccessLog:
             state: dict[str, Any] = scope.get("state") or {}
             who = state.get(PRINCIPAL)
             took_ms = (time.perf_counter() - started) * 1000
-            self.stream.write(
-                line(
-                    self.fmt,
-                    time.time(),
-                    None if who is None else who.name,
-                    scope["method"],
-                    scope["path"],
-                    status or 500,
-                    took_ms,
-                    state.get(ACCESS),
-                )
+            text = line(
+                self.fmt,
+                time.time(),
+                None if who is None else who.name,
+                scope["method"],
+                scope["path"],
+                status or 500,
+                took_ms,
+                state.get(ACCESS),
             )
+            try:
+                self.stream.write(text)
+            except (OSError, ValueError):
+                # A full disk under the log (or a closed stream) must never cost a client
+                # its answer: the line is dropped, and the refusals say disk_full anyway.
+                self.dropped += 1
