@@ -38,7 +38,7 @@ WITNESSES = "witnesses"
 TOKENS = "tokens.toml"
 
 _TOP_KEYS = {"pool", "idle", "period", "entitlement"}
-_POOL_KEYS = {"steward", "required_evidence"}
+_POOL_KEYS = {"steward", "required_evidence", "max_device_power_w"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,9 @@ class Config:
     idle: IdlePolicy
     required_evidence: int
     period: Schedule = NONE
+    max_device_power_w: int | None = None
+    """The most one device can draw, W: it bounds a release's actual figure (issue 17;
+    `joulepool.plausibility`). None: unconfigured, and no physical bound is applied."""
 
 
 def read_config(path: Path) -> Config:
@@ -79,6 +82,12 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         raise InvalidInput(f"{where}: pool.steward", "missing: the steward's identifier (kid)")
     steward = check_text(pool["steward"], f"{where}: pool.steward")
     required = check_figure(pool.get("required_evidence", 3), f"{where}: pool.required_evidence")
+    ceiling = None
+    if "max_device_power_w" in pool:
+        ceiling = check_figure(pool["max_device_power_w"], f"{where}: pool.max_device_power_w")
+        if ceiling == 0:
+            # A ceiling of 0 W would refuse every release; unconfigured is spelled by absence.
+            raise InvalidInput(f"{where}: pool.max_device_power_w", "must be at least 1 W")
     idle = doc.get("idle", {})
     if not isinstance(idle, Mapping) or set(idle) - {"window_us", "threshold_uw"}:
         raise InvalidInput(f"{where}: idle", "a table of window_us and threshold_uw only")
@@ -92,25 +101,33 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
             period = Schedule.from_json(doc["period"], "period")
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc.field}", exc.detail.rsplit(": ", 1)[-1]) from None
-    return Config(steward, parse_tree(doc.get("entitlement"), where), policy, required, period)
+    tree = parse_tree(doc.get("entitlement"), where)
+    return Config(steward, tree, policy, required, period, ceiling)
 
 
 def config_digest(
-    tree: Tree, idle: IdlePolicy, required_evidence: int, period: Schedule | None = None
+    tree: Tree,
+    idle: IdlePolicy,
+    required_evidence: int,
+    period: Schedule | None = None,
+    max_device_power_w: int | None = None,
 ) -> bytes:
     """SHA-256 of what decides in `pool.toml`: every field of every entitlement, in the
     tree's order, the idle policy, `required_evidence` and the budget period schedule
     (DESIGN.md §3: the period decides which spending counts), as canonical JSON. Replicas of
     one PostgreSQL ledger must agree on it (docs/reliability.md); comments, key order and
     layout of the file do not change it, and neither does the steward (its key is checked
-    on its own)."""
-    doc = {
+    on its own). The release ceiling `max_device_power_w` is covered where it is set (issue
+    17): replicas must refuse the same figures; unset, the digest is what it always was."""
+    doc: dict[str, Any] = {
         "pool.toml": 1,
         "entitlements": [dataclasses.asdict(ent) for ent in tree],
         "idle": {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw},
         "required_evidence": required_evidence,
         "period": dataclasses.asdict(period or Schedule()),
     }
+    if max_device_power_w is not None:
+        doc["max_device_power_w"] = max_device_power_w
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).digest()
 

@@ -10,7 +10,7 @@ from joulepool.simulate.energy import ModelledJob
 from joulepool.simulate.trace import TraceJob
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
+SHARED_TRACES = REPO / "src" / "joulepool" / "data" / "traces"
 
 
 def job(

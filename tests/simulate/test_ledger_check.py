@@ -25,11 +25,6 @@ SLICE = 1_200
 GPUS = 96
 BUDGET_UJ = 15 * 10**15
 
-needs_data = pytest.mark.skipif(
-    not (SHARED_TRACES / "philly-gavel" / "seed0").is_dir(),
-    reason=f"the shared traces are not beside the checkout ({SHARED_TRACES})",
-)
-
 
 @pytest.fixture(scope="module")
 def sliced() -> tuple[list[ModelledJob], dict[str, int]]:
@@ -47,7 +42,6 @@ def runs(sliced: tuple[list[ModelledJob], dict[str, int]]) -> list[Run]:
     ]
 
 
-@needs_data
 def test_the_ledger_replays_to_the_usage_the_summary_states(runs: list[Run]) -> None:
     for run in runs:
         summary = summarise(run)
@@ -70,7 +64,6 @@ def test_the_ledger_replays_to_the_usage_the_summary_states(runs: list[Run]) -> 
         assert summary.ledger_head == replayer.head.hex()
 
 
-@needs_data
 def test_no_vc_is_ever_past_a_guarantee_without_borrowing(runs: list[Run]) -> None:
     pool1 = runs[0]
     tree = pool1.policy.tree
@@ -103,7 +96,6 @@ def test_no_vc_is_ever_past_a_guarantee_without_borrowing(runs: list[Run]) -> No
     assert any(spent[vc] > tree[vc].guarantee_uj for vc in pool1.policy.vcs())
 
 
-@needs_data
 def test_retrying_only_what_can_change_gives_the_eager_replay(
     sliced: tuple[list[ModelledJob], dict[str, int]], runs: list[Run]
 ) -> None:
@@ -118,7 +110,6 @@ def test_retrying_only_what_can_change_gives_the_eager_replay(
     assert eager.submissions > lazy.submissions
 
 
-@needs_data
 def test_the_report_states_the_ledger_figures(runs: list[Run]) -> None:
     evaluation = evaluate(
         Settings(data_dir=SHARED_TRACES, first_jobs=SLICE, gpus=GPUS, budget_uj=BUDGET_UJ)

@@ -270,3 +270,17 @@ def test_sbatch_time_added_by_the_bridge(
     print("sbatch overhead:", json.dumps(figures))
     # Well under the submission deadline (900 ms here), which bounds it by construction.
     assert figures["bridge"]["median_ms"] - figures["noop"]["median_ms"] < 500
+
+
+def test_issue17_comment_estimate_takes_units_exactly(bridge: Bridge) -> None:
+    """Issue 17, "energy typed with units": `--comment=pool:estimate=1.5kJ` is 1,500,000,000
+    µJ exactly; a figure that is not whole µJ, or an ambiguous unit, is refused at sbatch."""
+    job_id = bridge.submit(
+        "-A", "phys", "--comment=pool:estimate=0.25Wh,grade=ModelBased", "--wrap", "true"
+    )
+    note = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
+    assert note.estimate_uj == 900_000_000  # 0.25 Wh = 900 J
+    half = bridge.sbatch("-A", "phys", "--comment=pool:estimate=0.5uJ", "--wrap", "true")
+    assert half.returncode != 0 and "not a whole number of microjoules" in half.stderr
+    vague = bridge.sbatch("-A", "phys", "--comment=pool:estimate=4mj", "--wrap", "true")
+    assert vague.returncode != 0 and "milli or mega" in vague.stderr

@@ -49,16 +49,67 @@ _OPTIONAL = (
 )
 
 
+EXIT_CODES = """exit codes:
+  0 admit, or success        `pool admit` admitted the claim (or the command did its work)
+  1 error                    one line on stderr: `pool: <code>: <what was wrong>`
+  2 usage                    a flag or argument was refused before anything ran
+  3 queue                    `pool admit`: the claim may start later (and `pool estimate`:
+                             no estimate earned yet)
+  4 deny                     `pool admit`: the claim can never start as it stands
+  130 interrupted
+
+Energies are typed with their unit: 4MJ, 2.5kWh, 750J, 123uJ (a bare number is µJ).
+The standard and this project's pages: docs/standard/, docs/design.md, docs/api.md."""
+"""What `pool --help` says of exit codes (issue 17); the README repeats it."""
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Help that states every default (issue 17): `(default: X)` where the text has none,
+    `(X)` at the end of a help text rewritten to `(default: X)`."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if default in (None, False, [], argparse.SUPPRESS) or action.required:
+            return action.help
+        if "default" in text:
+            return text
+        shown = str(default).replace("%", "%%")
+        if text.endswith(")") and "(" in text:
+            start = text.rindex("(")
+            said = text[start + 1 : -1]
+            # `(1)` for a default of 1.0 says the same figure: it becomes `(default: 1)`.
+            if said == shown or (
+                isinstance(default, float) and said.isdigit() and float(said) == default
+            ):
+                return text[:start] + f"(default: {said})"
+        return f"{text} (default: {shown})".lstrip()
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                sub.formatter_class = DefaultsShown
+                _show_defaults(sub)
+        elif action.help is None and action.default not in (None, False, [], argparse.SUPPRESS):
+            # argparse prints nothing for an option without help, not even its default.
+            action.help = "(default: %(default)s)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole `pool` argument parser."""
     parser = argparse.ArgumentParser(
         prog="pool",
         description="joulepool: energy-accounted multi-tenant admission (pool/1).",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"joulepool {__version__} (pool/1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in _registrars():
         register(sub)
+    _show_defaults(parser)
     return parser
 
 
@@ -79,6 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from joulepool.cli.output import terminal_safe
 
         print(f"pool: {exc.code}: {terminal_safe(str(exc))}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        # A path the checks before did not foresee: still one line naming it (issue 17).
+        from joulepool.cli.output import terminal_safe
+
+        where = exc.filename if exc.filename is not None else "pool"
+        reason = exc.strerror or type(exc).__name__
+        print(f"pool: path_error: {terminal_safe(str(where))}: {reason}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("pool: interrupted", file=sys.stderr)

@@ -16,8 +16,9 @@ def _run(args: argparse.Namespace) -> int:
         importlib.import_module("joulepool.ledger.operations")
     vectors = load_vectors(Path(args.dir))
     if not vectors:
-        print(f"no vectors under {args.dir}")
-        return 1
+        from joulepool.errors import InvalidInput
+
+        raise InvalidInput(args.dir, "a folder with no vectors (*.json) under it")
     report = run_vectors(vectors, command=args.command, jobs=args.jobs)
     if args.json:
         print(

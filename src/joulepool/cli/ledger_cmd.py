@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from joulepool.cli.output import add_json, emit, table, uj
+from joulepool.cli.output import add_json, emit, energy_column, table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,6 +46,10 @@ def locate(target: str, key: str | None, witnesses: str | None = None) -> Locate
     from joulepool.errors import InvalidInput
 
     path = Path(target)
+    if not path.exists():
+        raise InvalidInput(
+            target, "no such file or folder; give a ledger file or a deployment folder"
+        )
     deployment = path.is_dir()
     ledger = path / LEDGER if deployment else path
     if deployment and not ledger.is_file():
@@ -392,17 +396,19 @@ def _show(args: argparse.Namespace) -> int:
 
     def human(c: Console) -> None:
         body = []
-        for r in rows:
-            energy: dict[str, Any] = r.get("reserved") or r["actual"]
+        energies: list[dict[str, Any]] = [r.get("reserved") or r["actual"] for r in rows]
+        heading, cells = energy_column("energy", [e["uj"] for e in energies])
+        borrowed_heading, borrowed = energy_column("borrowed", [r.get("borrowed_uj") for r in rows])
+        for r, energy, cell, lent in zip(rows, energies, cells, borrowed, strict=True):
             body.append(
                 [
                     r["seq"],
                     r["event"],
                     r["claim"],
                     r.get("entitlement", ""),
-                    uj(energy["uj"]),
+                    cell,
                     energy["grade"],
-                    r.get("borrowed_uj", ""),
+                    lent,
                     r.get("class", ""),
                     r["address_hex"][:16],
                 ]
@@ -415,14 +421,14 @@ def _show(args: argparse.Namespace) -> int:
                     "event",
                     "claim",
                     "entitlement",
-                    "energy",
+                    heading,
                     "grade",
-                    "borrowed",
+                    borrowed_heading,
                     "class",
                     "address",
                 ],
                 body,
-                right=["seq", "energy", "borrowed"],
+                right=["seq", heading, borrowed_heading],
             )
         )
         if store.writer_pid is not None:
@@ -452,22 +458,21 @@ def _usage(args: argparse.Namespace) -> int:
         "writer_pid": store.writer_pid,
     }
 
+    spent_heading, spent = energy_column("spent", [f["spent_uj"] for f in figures.values()])
+    reserved_heading, reserved = energy_column(
+        "reserved", [f["reserved_uj"] for f in figures.values()]
+    )
+
     def human(c: Console) -> None:
         c.print(
             table(
                 f"usage replayed from {args.file} ({replayer.length} entries)",
-                ["entitlement", "spent", "reserved", "devices held", "running"],
+                ["entitlement", spent_heading, reserved_heading, "devices held", "running"],
                 [
-                    [
-                        i,
-                        uj(f["spent_uj"]),
-                        uj(f["reserved_uj"]),
-                        f["held_devices"],
-                        f["running_claims"],
-                    ]
-                    for i, f in figures.items()
+                    [i, spent[n], reserved[n], f["held_devices"], f["running_claims"]]
+                    for n, (i, f) in enumerate(figures.items())
                 ],
-                right=["spent", "reserved", "devices held", "running"],
+                right=[spent_heading, reserved_heading, "devices held", "running"],
             )
         )
         if store.writer_pid is not None:

@@ -25,6 +25,11 @@ def console(*, markup: bool = False) -> Console:
 
     class SafeConsole(Console):
         def print(self, *objects: Any, **kwargs: Any) -> None:
+            if not self.is_terminal:
+                # Piped output is read by programs and pagers: plain aligned text at its
+                # full width, never a box cut at 80 columns (issue 17).
+                objects = tuple(o.plain() if isinstance(o, PlainTable) else o for o in objects)
+                kwargs.setdefault("crop", False)
             super().print(
                 *(terminal_safe(o) if isinstance(o, str) else o for o in objects), **kwargs
             )
@@ -56,6 +61,36 @@ def emit(args: argparse.Namespace, data: Any, human: Callable[[Console], None]) 
         human(console())
 
 
+class PlainTable:
+    """A table's title, headings and cells, kept so that piped output can be plain text."""
+
+    def __init__(self, title: str, columns: Sequence[str], cells: list[list[str]], right: set[str]):
+        self.title, self.columns, self.cells, self.right = title, list(columns), cells, right
+
+    def plain(self) -> str:
+        """Aligned columns two spaces apart, figures right-aligned; nothing is cut."""
+        lines = [self.columns, *self.cells]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(self.columns))]
+        out = [self.title] if self.title else []
+        for line in lines:
+            parts = [
+                cell.rjust(w) if name in self.right else cell.ljust(w)
+                for cell, w, name in zip(line, widths, self.columns, strict=True)
+            ]
+            out.append("  ".join(parts).rstrip())
+        return "\n".join(out)
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        t = Table(title=self.title, title_justify="left")
+        for name in self.columns:
+            t.add_column(name, justify="right" if name in self.right else "left")
+        for row in self.cells:
+            t.add_row(*row)
+        return t
+
+
 def table(
     title: str,
     columns: Sequence[str],
@@ -63,20 +98,26 @@ def table(
     *,
     right: Sequence[str] = (),
 ) -> Any:
-    """A rich table; columns named in `right` are right-aligned (figures)."""
-    from rich.table import Table
-
-    t = Table(title=title, title_justify="left")
-    for name in columns:
-        t.add_column(name, justify="right" if name in right else "left")
-    for row in rows:
-        t.add_row(*("-" if v is None else terminal_safe(str(v)) for v in row))
-    return t
+    """A table: rich on a terminal, plain aligned text when piped; columns named in `right`
+    are right-aligned (figures)."""
+    cells = [["-" if v is None else terminal_safe(str(v)) for v in row] for row in rows]
+    return PlainTable(title, columns, cells, set(right))
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     """The `--json` flag every command has."""
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def energy_column(
+    name: str, values: Sequence[int | None], units: str = "auto"
+) -> tuple[str, list[str]]:
+    """A column of µJ figures in one readable unit (issue 17): its heading, `name (MJ)`, and
+    its cells; `--json` carries the exact integers."""
+    from joulepool.units import column
+
+    col = column(values, units)
+    return f"{name} ({col.label})", [col.show(v) for v in values]
 
 
 def uj(value: int | None) -> str:

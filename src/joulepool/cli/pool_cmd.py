@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from joulepool.cli.output import add_json, emit, table, uj
+from joulepool.cli.output import add_json, emit, energy_column, table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -20,9 +20,10 @@ EXIT_BY_VERDICT = {"admit": 0, "queue": 3, "deny": 4}
 
 
 def _open(args: argparse.Namespace, *, read_only: bool = False) -> Pool:
+    from joulepool.cli.paths import deployment_dir
     from joulepool.pool import open_pool
 
-    return open_pool(Path(args.dir), read_only=read_only)
+    return open_pool(deployment_dir(args.dir), read_only=read_only)
 
 
 def read_source(pool: Pool) -> dict[str, Any]:
@@ -121,20 +122,157 @@ def _admit(args: argparse.Namespace) -> int:
             estimate,
             args.class_,
         )
-        decision = pool.submit(claim)
+        if args.dry_run:
+            from joulepool.claims_view import dry_run
+
+            decision = dry_run(pool, claim)
+        else:
+            decision = pool.submit(claim)
         noun = pool.schedule.noun
+        hint = ""
+        if (
+            decision.verdict.verdict == "deny"
+            and decision.verdict.reason.value == "unknown_entitlement"
+        ):
+            from joulepool.claims_view import did_you_mean
+
+            hint = did_you_mean(pool.tree, claim.entitlement)
     finally:
         pool.close()
-    words = explain(decision.verdict)
+    words = explain(decision.verdict) + hint
     if decision.period_end_ms is not None:
         words += f"; it {renewal(decision.period_end_ms, noun)}"
-    emit(args, decision.to_json(), lambda c: c.print(f"{claim.id}: {words}"))
+    out = decision.to_json()
+    if args.dry_run:
+        # A dry run's verdict is what a submission would get now; nothing was written.
+        out["dry_run"] = True
+        words = f"would be {words}" + (" (dry run: nothing written)")
+    emit(args, out, lambda c: c.print(f"{claim.id}: {words}"))
     return EXIT_BY_VERDICT[decision.verdict.verdict]
 
 
-def _release(args: argparse.Namespace) -> int:
+def _confirmed(words: str) -> bool:
+    """An operator at a terminal confirms a doubtful figure by typing `yes`; piped, never."""
+    if not sys.stdin.isatty():
+        return False
+    print(f"{words}.\nCharge it anyway? Type yes to confirm: ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip() == "yes"
+
+
+def _claims(args: argparse.Namespace) -> int:
+    from joulepool.claims_view import claim_json, claims
+    from joulepool.periods import utc_text
+    from joulepool.units import column
+
     pool = _open(args)
     try:
+        found = claims(pool, args.entitlement, args.state)
+    finally:
+        pool.close()
+    rows = [claim_json(state) | {"admitted_ms": at} for state, at in found]
+
+    def human(c: Console) -> None:
+        reserved = column([r["reserved"]["uj"] for r in rows])
+        actual = column([r["actual"]["uj"] if "actual" in r else None for r in rows])
+        c.print(
+            table(
+                f"{len(rows)} claim(s)",
+                [
+                    "claim",
+                    "entitlement",
+                    "state",
+                    "admitted",
+                    "devices",
+                    f"reserved ({reserved.label})",
+                    f"actual ({actual.label})",
+                    "grade",
+                ],
+                [
+                    [
+                        r["claim"],
+                        r["entitlement"],
+                        r["state"],
+                        utc_text(r["admitted_ms"]),
+                        r["devices"],
+                        reserved.show(r["reserved"]["uj"]),
+                        actual.show(r["actual"]["uj"]) if "actual" in r else None,
+                        (r.get("actual") or r["reserved"])["grade"],
+                    ]
+                    for r in rows
+                ],
+                right=["devices", f"reserved ({reserved.label})", f"actual ({actual.label})"],
+            )
+        )
+
+    emit(args, {"claims": rows}, human)
+    return 0
+
+
+def _claim(args: argparse.Namespace) -> int:
+    from joulepool.claims_view import claim_json
+    from joulepool.errors import ClaimError
+    from joulepool.periods import utc_text
+    from joulepool.units import energy_text
+
+    pool = _open(args)
+    try:
+        state = pool.claim_state(args.claim)
+    finally:
+        pool.close()
+    if state is None:
+        raise ClaimError(
+            "unknown_claim",
+            f"the ledger never admitted claim {args.claim!r} (Queue and Deny leave no record)",
+        )
+    out = claim_json(state) | {"admitted_ms": state.admitted.at_ms}
+    if state.released is not None:
+        out["released_ms"] = state.released.at_ms
+
+    def human(c: Console) -> None:
+        adm = state.admitted
+        c.print(f"claim {state.claim}: {out['state']}, entitlement {adm.entitlement}")
+        c.print(
+            f"admitted at entry {state.admitted_seq} ({utc_text(adm.at_ms)}): "
+            f"{adm.gang_size} member(s) × {adm.devices_per_member} device(s), reserved "
+            f"{energy_text(adm.reserved.uj)} ({adm.reserved.grade.value}), "
+            f"borrowed {energy_text(adm.borrowed_uj)}, class {adm.class_ or '-'}"
+        )
+        if state.released is not None:
+            rel = state.released
+            c.print(
+                f"released at entry {state.released_seq} ({utc_text(rel.at_ms)}): charged "
+                f"{energy_text(rel.actual.uj)} ({rel.actual.grade.value})"
+            )
+
+    emit(args, out, human)
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from joulepool.deployment import CONFIG, read_config
+    from joulepool.plausibility import check_release, refusal
+    from joulepool.units import energy_text
+
+    pool = _open(args)
+    try:
+        ceiling = read_config(Path(args.dir) / CONFIG).max_device_power_w
+        finding = check_release(pool, args.claim, args.actual_uj, ceiling)
+        if finding is not None:
+            if not args.override and not _confirmed(finding.words):
+                if finding.kind == "above_ceiling":
+                    raise refusal(finding)
+                from joulepool.errors import ClaimError
+
+                raise ClaimError(
+                    "implausible_actual",
+                    f"claim {args.claim!r}: {finding.words}; nothing was charged. "
+                    "If the figure is right, release again with --override",
+                )
+            # Charged as typed, and said where the operator's log (stderr) keeps it.
+            print(
+                f"pool: warning: release {args.claim!r} overridden: {finding.words}",
+                file=sys.stderr,
+            )
         rel = pool.release(args.claim, _energy(args.actual_uj, args.grade))
     finally:
         pool.close()
@@ -143,7 +281,7 @@ def _release(args: argparse.Namespace) -> int:
         args,
         result,
         lambda c: c.print(
-            f"{rel.claim}: released at entry {rel.seq}; charged {rel.charged.uj:,} µJ "
+            f"{rel.claim}: released at entry {rel.seq}; charged {energy_text(rel.charged.uj)} "
             f"({rel.charged.grade.value}) in place of its reservation"
         ),
     )
@@ -151,8 +289,44 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def usage_rows(pool: Pool, index: int | None = None) -> list[dict[str, Any]]:
-    """Every entitlement's guarantees and usage in a period (API.md figures, DESIGN.md §3)."""
-    return [pool.report(ent.id, index) for ent in pool.tree]
+    """Every entitlement's guarantees and usage in a period, interior nodes with their
+    subtree's totals beside (API.md figures, DESIGN.md §3; `usage_report`)."""
+    from joulepool.usage_report import entitlement_reports
+
+    return entitlement_reports(pool, None, index)
+
+
+def usage_table(rows: list[dict[str, Any]], depth: dict[str, int], units: str) -> Any:
+    """`pool usage`'s table: one unit per energy column (issue 17), interior nodes marked Σ
+    and showing their subtree's totals."""
+    from joulepool.units import column
+
+    shown = [r.get("subtree", r["usage"]) for r in rows]
+    energy = {
+        "guarantee": [
+            u.get("guarantee_uj", r["guarantee_uj"]) for r, u in zip(rows, shown, strict=True)
+        ],
+        "limit": [r.get("limit_uj") for r in rows],
+        **{
+            name: [u[f"{name}_uj"] for u in shown]
+            for name in ("charged", "reserved", "committed", "remaining", "borrowed")
+        },
+    }
+    cols = {name: column(values, units) for name, values in energy.items()}
+    headings = [f"{name} ({cols[name].label})" for name in energy]
+    body = []
+    for i, (r, u) in enumerate(zip(rows, shown, strict=True)):
+        name = "  " * depth[r["id"]] + r["id"] + (" Σ" if "subtree" in r else "")
+        figures = [cols[n].show(values[i]) for n, values in energy.items()]
+        body.append(
+            [
+                name,
+                *figures,
+                f"{u['held_devices']}/{u.get('guarantee_devices', r['guarantee_devices'])}",
+                u["running_claims"],
+            ]
+        )
+    return ["entitlement", *headings, "devices", "running"], body
 
 
 def period_words(schedule: Any, period: Any) -> str:
@@ -175,54 +349,30 @@ def _usage(args: argparse.Namespace) -> int:
         index = None if args.period is None else pool.schedule.parse_label(args.period, "--period")
         period = pool.period(index)
         rows = usage_rows(pool, period.index)
+        tree = pool.tree
         length = pool.length
         words = period_words(pool.schedule, period)
         source = read_source(pool)
     finally:
         pool.close()
 
+    depth = {e.id: sum(1 for _ in tree.ancestors(e.id)) for e in tree}
+    columns, body = usage_table(rows, depth, args.units)
+
     def human(c: Console) -> None:
         c.print(
-            table(
-                f"usage in {words}, at ledger length {length}",
-                [
-                    "entitlement",
-                    "guarantee",
-                    "charged",
-                    "reserved",
-                    "committed",
-                    "remaining",
-                    "borrowed",
-                    "devices",
-                    "running",
-                ],
-                [
-                    [
-                        r["id"],
-                        uj(r["guarantee_uj"]),
-                        uj(r["usage"]["charged_uj"]),
-                        uj(r["usage"]["reserved_uj"]),
-                        uj(r["usage"]["committed_uj"]),
-                        uj(r["usage"]["remaining_uj"]),
-                        uj(r["usage"]["borrowed_uj"]),
-                        f"{r['usage']['held_devices']}/{r['guarantee_devices']}",
-                        r["usage"]["running_claims"],
-                    ]
-                    for r in rows
-                ],
-                right=[
-                    "guarantee",
-                    "charged",
-                    "reserved",
-                    "committed",
-                    "remaining",
-                    "borrowed",
-                    "devices",
-                    "running",
-                ],
-            )
+            table(f"usage in {words}, at ledger length {length}", columns, body, right=columns[1:])
         )
-        c.print("devices and running claims are now, whatever the period (DESIGN.md §3)")
+        c.print(
+            "committed = charged (released actuals) + reserved (running claims): what admission "
+            "compares with the guarantee; devices and running claims are now, whatever the period"
+        )
+        if any("subtree" in r for r in rows):
+            c.print(
+                "Σ: an interior node's figures are its whole subtree's totals (--json: `subtree`)"
+            )
+        if args.units not in {"uj", "j"}:
+            c.print("figures are rounded in each column's unit; --units uj or --json give exact µJ")
         c.print(source_words(source))
 
     out = {"length": length, "period": period.to_json(), "entitlements": rows, "read": source}
@@ -239,10 +389,16 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
     def human(c: Console) -> None:
         from joulepool.periods import utc_text
 
+        periods = result["periods"]
+        energy = [
+            energy_column(name, [r[f"{name}_uj"] for r in periods], args.units)
+            for name in ("charged", "reserved", "guarantee", "remaining")
+        ]
+        headings = [h for h, _ in energy]
         c.print(
             table(
                 f"{args.history}: each {schedule.noun}'s energy against its guarantee",
-                ["period", "from", "claims", "charged", "reserved", "guarantee", "remaining"],
+                ["period", "from", "claims", *headings],
                 [
                     [
                         r["label"],
@@ -250,14 +406,11 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
                         if r["period"]["start_ms"] is None
                         else utc_text(r["period"]["start_ms"]),
                         r["claims"],
-                        uj(r["charged_uj"]),
-                        uj(r["reserved_uj"]),
-                        uj(r["guarantee_uj"]),
-                        uj(r["remaining_uj"]),
+                        *(cells[i] for _, cells in energy),
                     ]
-                    for r in result["periods"]
+                    for i, r in enumerate(periods)
                 ],
-                right=["claims", "charged", "reserved", "guarantee", "remaining"],
+                right=["claims", *headings],
             )
         )
         c.print("a guarantee unspent at its period's end is gone: nothing carries over")
@@ -311,7 +464,10 @@ def _read_json(source: str) -> Any:
         data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise InvalidInput(source, f"cannot read: {exc.strerror}") from None
-    return loads_strict(data)
+    try:
+        return loads_strict(data)
+    except InvalidInput as exc:
+        raise InvalidInput(source, str(exc)) from None
 
 
 def _run_op(case: dict[str, Any]) -> dict[str, Any]:
@@ -324,6 +480,22 @@ def _run_op(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _per_unit(cost: str | None) -> str:
+    """A realised cost (§5.1, `n/d` µJ per unit) as people read it: `80 kJ`, or its exact
+    fraction beside a rounded figure; `--json` keeps the fraction as computed."""
+    from fractions import Fraction
+
+    from joulepool.units import column, energy_text
+
+    if not cost:
+        return "undefined (nothing completed)"
+    value = Fraction(cost)
+    if value.denominator == 1:
+        return energy_text(int(value))
+    col = column([round(value)])
+    return f"≈ {col.show(round(value))} {col.label} ({cost} µJ exactly)"
+
+
 def _preempt(args: argparse.Namespace) -> int:
     result = _run_op({"op": "preemption_order", "workloads": _read_json(args.workloads)})
 
@@ -331,11 +503,8 @@ def _preempt(args: argparse.Namespace) -> int:
         c.print(
             table(
                 "preemption order (§5.2): evidence first, most expensive first; then unmeasured, lowest priority first",
-                ["#", "workload", "realised cost (µJ per unit)"],
-                [
-                    [i + 1, k, result["costs"][k] or "undefined (nothing completed)"]
-                    for i, k in enumerate(result["order"])
-                ],
+                ["#", "workload", "realised cost per unit"],
+                [[i + 1, k, _per_unit(result["costs"][k])] for i, k in enumerate(result["order"])],
             )
         )
 
@@ -346,9 +515,10 @@ def _preempt(args: argparse.Namespace) -> int:
 def _idle(args: argparse.Namespace) -> int:
     policy: dict[str, int] = {}
     if args.dir is not None:
+        from joulepool.cli.paths import deployment_dir
         from joulepool.deployment import CONFIG, read_config
 
-        configured = read_config(Path(args.dir) / CONFIG).idle
+        configured = read_config(deployment_dir(args.dir) / CONFIG).idle
         if configured.window_us is not None:
             policy["window_us"] = configured.window_us
         if configured.threshold_uw is not None:
@@ -395,19 +565,41 @@ def _attribute(args: argparse.Namespace) -> int:
             "occupants": occupants,
         }
     )
+    from joulepool.units import energy_text
+
+    shares = result["shares"]
+    heading, cells = energy_column("share", [v["uj"] for v in shares.values()])
     emit(
         args,
         result,
         lambda c: c.print(
             table(
-                f"{args.total_uj:,} µJ ({args.grade}) divided (§2.5)",
-                ["occupant", "weight", "share", "grade"],
-                [[k, occupants[k], uj(v["uj"]), v["grade"]] for k, v in result["shares"].items()],
-                right=["weight", "share"],
+                f"{energy_text(args.total_uj)} ({args.grade}) divided (§2.5)",
+                ["occupant", "weight", heading, "grade"],
+                [
+                    [k, occupants[k], cell, v["grade"]]
+                    for (k, v), cell in zip(shares.items(), cells, strict=True)
+                ],
+                right=["weight", heading],
             )
         ),
     )
     return 0
+
+
+def energy_flag(text: str) -> int:
+    """An energy typed on the command line, with its unit (`4MJ`, `2.5kWh`; a bare number is
+    µJ): exact integer µJ or a one-line refusal (issue 17; `joulepool.units`)."""
+    from joulepool.errors import InvalidInput
+    from joulepool.units import parse_energy
+
+    try:
+        return parse_energy(text, "energy")
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+ENERGY_HELP = "4MJ, 2.5kWh, 750J, 123uJ; a bare number is µJ"
 
 
 def _uint(text: str) -> int:
@@ -432,25 +624,73 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--id", required=True, help="the claim's id (never reused)")
     p.add_argument("--entitlement", required=True)
-    p.add_argument("--gang-size", type=_uint, default=1)
-    p.add_argument("--devices-per-member", type=_uint, default=1)
-    p.add_argument("--estimate-uj", type=_uint, help="the gang's total energy estimate, µJ")
+    p.add_argument("--gang-size", type=_uint, default=1, help="members of the gang (default: 1)")
     p.add_argument(
-        "--grade", choices=GRADES, default="Estimator", help="the estimate's grade (Estimator)"
+        "--devices-per-member", type=_uint, default=1, help="devices each member holds (default: 1)"
+    )
+    p.add_argument(
+        "--estimate",
+        "--estimate-uj",
+        dest="estimate_uj",
+        type=energy_flag,
+        metavar="ENERGY",
+        help=f"the gang's total energy estimate ({ENERGY_HELP}); no default: give it or --earned",
+    )
+    p.add_argument(
+        "--grade",
+        choices=GRADES,
+        default="Estimator",
+        help="the estimate's grade (default: Estimator)",
     )
     p.add_argument("--class", dest="class_", help="the claim's class, recorded for §2.6 history")
     p.add_argument(
         "--earned", action="store_true", help="use the estimate this class earned from the ledger"
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="the verdict against live usage now, with the same exit code; nothing is written",
+    )
     add_json(p)
     p.set_defaults(handler=_admit)
+
+    p = sub.add_parser(
+        "claims", help="claims admitted per entitlement, running or released (squeue's job)"
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--entitlement", metavar="E", help="only E and its descendants (default: all)")
+    p.add_argument(
+        "--state", choices=("running", "released"), help="only claims in this state (default: both)"
+    )
+    add_json(p)
+    p.set_defaults(handler=_claims)
+
+    p = sub.add_parser("claim", help="where one claim stands: its reservation, actual, entries")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("claim", metavar="ID")
+    add_json(p)
+    p.set_defaults(handler=_claim)
 
     p = sub.add_parser("release", help="record a claim's end, charging its actual energy")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("claim", metavar="CLAIM")
-    p.add_argument("--actual-uj", type=_uint, required=True)
+    p.add_argument(
+        "--actual",
+        "--actual-uj",
+        dest="actual_uj",
+        type=energy_flag,
+        required=True,
+        metavar="ENERGY",
+        help=f"the energy the claim used ({ENERGY_HELP})",
+    )
     p.add_argument(
         "--grade", choices=GRADES, required=True, help="the grade of the meter that read it"
+    )
+    p.add_argument(
+        "--override",
+        action="store_true",
+        help="charge a figure above max_device_power_w's physical bound, or (with no ceiling "
+        "configured) over 10× its reservation, without asking; logged on stderr",
     )
     add_json(p)
     p.set_defaults(handler=_release)
@@ -466,6 +706,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--history", metavar="ENT", help="each period's charged energy against ENT's guarantee"
+    )
+    p.add_argument(
+        "--units",
+        choices=("auto", "kwh", "j", "uj"),
+        default="auto",
+        help="energy unit of the table: auto picks J, kJ, MJ or GJ per column (default: auto)",
     )
     add_json(p)
     p.set_defaults(handler=_usage)
@@ -505,7 +751,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_idle)
 
     p = sub.add_parser("attribute", help="divide a device's energy among its occupants (§2.5)")
-    p.add_argument("--total-uj", type=_uint, required=True)
+    p.add_argument(
+        "--total",
+        "--total-uj",
+        dest="total_uj",
+        type=energy_flag,
+        required=True,
+        metavar="ENERGY",
+        help=f"the device's total energy ({ENERGY_HELP})",
+    )
     p.add_argument("--grade", choices=GRADES, required=True)
     p.add_argument("--occupant", action="append", default=[], metavar="ID=WEIGHT")
     add_json(p)

@@ -74,7 +74,13 @@ def build_service(
     # Scopes are checked against the tree being served: a token naming an entitlement it
     # does not have refuses the start (API.md, Tokens).
     tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
-    digest = config_digest(config.tree, config.idle, config.required_evidence, config.period)
+    digest = config_digest(
+        config.tree,
+        config.idle,
+        config.required_evidence,
+        config.period,
+        config.max_device_power_w,
+    )
     held: Any = None
     if not postgres:
         from joulepool.stores.file import LedgerLock
@@ -129,7 +135,13 @@ def build_service(
         _rotate_pending(folder, pool, rotate_pending)
         return pool
 
-    return Service(opener, tokens, folder / WITNESSES, config_digest=digest)
+    return Service(
+        opener,
+        tokens,
+        folder / WITNESSES,
+        config_digest=digest,
+        max_device_power_w=config.max_device_power_w,
+    )
 
 
 def _rotate_pending(folder: Path, pool: Any, rotate: Any) -> None:
@@ -173,6 +185,7 @@ def _tune_collector(service: Any) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from joulepool.cli.paths import deployment_dir
     from joulepool.deployment import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput, PoolError
     from joulepool.service.app import create_app
@@ -183,9 +196,11 @@ def _serve(args: argparse.Namespace) -> int:
         connection_cap,
         raise_descriptor_limit,
     )
+    from joulepool.service.tls import tls_options
     from joulepool.service.tokens import TokenBook, read_tokens
 
-    folder = Path(args.dir)
+    folder = deployment_dir(args.dir)
+    tls = tls_options(args.tls_cert, args.tls_key, args.tls_client_ca)
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
     log_config = _log_config(args.log_level)
@@ -209,7 +224,8 @@ def _serve(args: argparse.Namespace) -> int:
         args.header_timeout_s,
         args.max_header_bytes,
     )
-    app = create_app(service, limits=limits)
+    access = None if args.no_access_log else (sys.stderr, args.log_format)
+    app = create_app(service, limits=limits, access_log=access)
 
     def reload(_signum: int, _frame: object) -> None:
         # A changed tree, period or token list takes effect; a broken one is refused and the
@@ -221,7 +237,13 @@ def _serve(args: argparse.Namespace) -> int:
             tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
             # On PostgreSQL a changed pool.toml is recorded for every replica in the same
             # step (docs/reliability.md §8).
-            service.reload(config.tree, config.period, config.idle, config.required_evidence)
+            service.reload(
+                config.tree,
+                config.period,
+                config.idle,
+                config.required_evidence,
+                config.max_device_power_w,
+            )
         except PoolError as exc:
             print(
                 f"pool serve: error: reload refused, keeping the old configuration: {exc}",
@@ -240,7 +262,8 @@ def _serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "::1", "localhost"):
         print(f"pool serve: listening on {args.host}, beyond loopback", file=sys.stderr)
     print(
-        f"pool serve: {folder} on http://{args.host}:{args.port} (pid {os.getpid()}); "
+        f"pool serve: {folder} on {'https' if tls else 'http'}://{args.host}:{args.port} "
+        f"(pid {os.getpid()}){'; mutual TLS' if 'ssl_ca_certs' in tls else ''}; "
         f"at most {connections.max_connections} connections, bodies of "
         f"{limits.max_body_bytes} bytes, headers within {connections.header_timeout_s:g} s",
         file=sys.stderr,
@@ -262,6 +285,7 @@ def _serve(args: argparse.Namespace) -> int:
         # The bridge, the dashboard and the CLI reuse connections; uvicorn's own per-request
         # cap would answer 503 where the cap above already bounds what is held.
         limit_concurrency=None,
+        **tls,
     )
     return 0
 
@@ -283,18 +307,86 @@ def _log_config(level: str) -> dict[str, Any]:
 
 
 def _token_add(args: argparse.Namespace) -> int:
+    from joulepool.cli.paths import deployment_dir
     from joulepool.deployment import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput
     from joulepool.service.tokens import add_token, scope_problem
 
-    folder = Path(args.dir)
+    folder = deployment_dir(args.dir)
     tree = read_config(folder / CONFIG).tree
     problem = scope_problem(args.scope, tree)
     if problem is not None:
         raise InvalidInput("--scope", f"{problem} (tree: {folder / CONFIG})")
     name = args.name or args.scope.replace(":", "-")
-    token = add_token(folder / TOKENS, name, args.scope, tree)
-    emit(args, {"name": name, "scope": args.scope, "token": token}, lambda c: c.print(token))
+    expires = None
+    if args.expires is not None:
+        from joulepool.service.tokens import parse_expiry
+
+        expires = parse_expiry(args.expires)
+    token = add_token(folder / TOKENS, name, args.scope, tree, expires)
+    out = {"name": name, "scope": args.scope, "token": token}
+    if expires is not None:
+        out["expires"] = expires.isoformat()
+    emit(args, out, lambda c: c.print(token))
+    return 0
+
+
+def _token_list(args: argparse.Namespace) -> int:
+    from joulepool.cli.paths import deployment_dir
+    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.service.tokens import read_tokens
+
+    folder = deployment_dir(args.dir)
+    entries = read_tokens(folder / TOKENS, read_config(folder / CONFIG).tree)
+
+    def when(value: Any) -> str | None:
+        return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+    # Names, scopes and dates only: the token is never stored, and its hash is not shown.
+    rows = [
+        {
+            "name": e.name,
+            "scope": e.scope,
+            "created": when(e.created),
+            "expires": when(e.expires),
+            "state": "expired" if e.expired() else "active",
+        }
+        for e in entries
+    ]
+
+    def human(c: Any) -> None:
+        from joulepool.cli.output import table
+
+        c.print(
+            table(
+                f"{len(rows)} token(s) in {folder / TOKENS}",
+                ["name", "scope", "created", "expires", "state"],
+                [
+                    [r["name"], r["scope"], r["created"], r["expires"] or "never", r["state"]]
+                    for r in rows
+                ],
+            )
+        )
+
+    emit(args, {"tokens": rows}, human)
+    return 0
+
+
+def _token_revoke(args: argparse.Namespace) -> int:
+    from joulepool.cli.paths import deployment_dir
+    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.service.tokens import revoke_token
+
+    folder = deployment_dir(args.dir)
+    gone = revoke_token(folder / TOKENS, args.name, read_config(folder / CONFIG).tree)
+    emit(
+        args,
+        {"revoked": gone.name, "scope": gone.scope},
+        lambda c: c.print(
+            f"revoked token {gone.name!r} ({gone.scope}); a running pool serve stops taking it "
+            "once sent SIGHUP (kill -HUP <pid>)"
+        ),
+    )
     return 0
 
 
@@ -375,6 +467,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"connections held at once, at most the descriptor limit less "
         f"{RESERVED_DESCRIPTORS} ({connections.max_connections})",
     )
+    p.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    p.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    p.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="mutual TLS: accept only clients with a certificate from this CA (PEM)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("human", "json"),
+        default="human",
+        help="the access log's lines on stderr: words, or one JSON object each (default: human)",
+    )
+    p.add_argument(
+        "--no-access-log",
+        action="store_true",
+        help="no line per request (time, token name, method, path, status, claim, verdict)",
+    )
     p.set_defaults(handler=_serve)
 
     t = sub.add_parser("token", help="bearer tokens for pool serve")
@@ -387,5 +497,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="'operator', 'metrics' (reads /metrics only) or 'tenant:<entitlement id>'",
     )
     a.add_argument("--name", help="a name for the token (default: from the scope)")
+    a.add_argument(
+        "--expires",
+        metavar="WHEN",
+        help="when it stops working: 90d, 12h, 30m from now, or a date such as 2027-01-01 "
+        "(default: never)",
+    )
     add_json(a)
     a.set_defaults(handler=_token_add)
+
+    a = tsub.add_parser("list", help="tokens by name, scope, created and expires (never a secret)")
+    a.add_argument("dir", metavar="DIR")
+    add_json(a)
+    a.set_defaults(handler=_token_list)
+
+    a = tsub.add_parser("revoke", help="remove a token; a running pool serve drops it on SIGHUP")
+    a.add_argument("dir", metavar="DIR")
+    a.add_argument("name", metavar="NAME")
+    add_json(a)
+    a.set_defaults(handler=_token_revoke)

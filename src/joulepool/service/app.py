@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 from fastapi import Depends, FastAPI, Query, Request
@@ -38,6 +38,7 @@ from joulepool.ledger.witness import Attestation, verified_statement
 from joulepool.periods import Schedule
 from joulepool.pool import Pool
 from joulepool.service import models as m
+from joulepool.service.access_log import AccessLog, note
 from joulepool.service.apidocs import api_reference
 from joulepool.service.boundary import Boundary, principal_of
 from joulepool.service.committer import Committer
@@ -131,6 +132,8 @@ class Service:
     failure: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     config_digest: bytes | None = None
+    # pool.toml's `max_device_power_w`: the release ceiling (issue 17, `plausibility`).
+    max_device_power_w: int | None = None
     # The code /readyz last answered 503 with, so a change is logged once, not every probe.
     unready: str | None = None
     stopping: bool = False
@@ -182,7 +185,12 @@ class Service:
             log.error("%s: %s", exc.code, exc)
 
     def reload(
-        self, tree: Tree, period: Schedule, idle: IdlePolicy, required_evidence: int
+        self,
+        tree: Tree,
+        period: Schedule,
+        idle: IdlePolicy,
+        required_evidence: int,
+        max_device_power_w: int | None = None,
     ) -> None:
         """Put a changed pool.toml in force (SIGHUP); raises `PoolError` and changes nothing
         if it cannot. On a store shared by replicas, a pool.toml whose digest changed with
@@ -199,7 +207,7 @@ class Service:
                 "the ledger is not replayed yet (or failed to start): the configuration "
                 "was not reloaded; send SIGHUP again once /readyz says ready"
             )
-        digest = config_digest(tree, idle, required_evidence, period)
+        digest = config_digest(tree, idle, required_evidence, period, max_device_power_w)
         store = pool.store
         before: Callable[[], None] | None = None
         if isinstance(store, PostgresStore) and digest != self.config_digest:
@@ -227,6 +235,7 @@ class Service:
                 store.name,
             )
         self.config_digest = digest
+        self.max_device_power_w = max_device_power_w
 
     def readiness(self) -> dict[str, Any]:
         """/readyz: ready once replayed and while the next write can be expected to
@@ -319,7 +328,12 @@ class FailureLog:
 _store_failures = FailureLog()
 
 
-_CLAIM_ERRORS = {"claim_exists": 409, "unknown_claim": 404, "already_released": 409}
+_CLAIM_ERRORS = {
+    "claim_exists": 409,
+    "unknown_claim": 404,
+    "already_released": 409,
+    "implausible_actual": 422,
+}
 
 
 def _error(status: int, code: str, detail: str) -> JSONResponse:
@@ -346,9 +360,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    service: Service, *, limits: Limits | None = None, replay_in_background: bool = True
+    service: Service,
+    *,
+    limits: Limits | None = None,
+    replay_in_background: bool = True,
+    access_log: tuple[TextIO, str] | None = None,
 ) -> FastAPI:
-    """The application over `service` (API.md), behind its trust boundary (`Boundary`)."""
+    """The application over `service` (API.md), behind its trust boundary (`Boundary`), with
+    one access-log line per request on `access_log`'s stream in its format, if given."""
     metrics = Metrics(lambda: service.pool)
 
     @asynccontextmanager
@@ -373,6 +392,9 @@ def create_app(
     )
     app.router.route_class = ParseOffLoop
     app.add_middleware(Boundary, tokens=lambda: service.tokens, limits=limits or Limits())
+    if access_log is not None:
+        # Added last, so outermost: the boundary's refusals are logged too.
+        app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])
     app.state.service = service
     app.state.metrics = metrics
 
@@ -480,24 +502,56 @@ def create_app(
         out["claim"] = body.id  # as the client named it, without the tenant's namespace
         if isinstance(decision.verdict, Admit):
             record("admit", "")
+            note(request.scope, body.id, "admit")
         else:
             record(decision.verdict.verdict, decision.verdict.reason.value)
+            note(
+                request.scope,
+                body.id,
+                f"{decision.verdict.verdict}:{decision.verdict.reason.value}",
+            )
         return Response(msgspec.json.encode(out), media_type="application/json")
 
     @app.post(
         "/v1/claims/{claim_id:path}/release",
         response_model=m.ReleaseOut,
-        responses={**ERRORS, 404: {"model": m.ErrorOut}, 409: {"model": m.ErrorOut}},
+        responses={
+            **ERRORS,
+            404: {"model": m.ErrorOut},
+            409: {"model": m.ErrorOut},
+            422: {"model": m.ErrorOut, "description": "invalid_input, or implausible_actual"},
+        },
         tags=["claims"],
     )
     async def release(
-        claim_id: str, body: m.ReleaseIn, _who: Principal = Depends(operator)
+        claim_id: str, body: m.ReleaseIn, request: Request, who: Principal = Depends(operator)
     ) -> Response:
-        """Record a claim's end, charging its actual figure in place of its reservation (§6.2)."""
+        """Record a claim's end, charging its actual figure in place of its reservation (§6.2);
+        a figure above the physical ceiling is 422 `implausible_actual` unless overridden."""
+        from joulepool.plausibility import check_release, refusal
+
         committer = service.ready_committer()
         started = time.perf_counter()
         actual = Energy.from_json(body.actual.model_dump(), "actual")
+        # The claim's state is read under the pool's lock: off the event loop, so a commit in
+        # progress never stalls the admissions the loop is serving.
+        finding = await run_in_threadpool(
+            check_release, committer.pool, claim_id, actual.uj, service.max_device_power_w
+        )
+        if finding is not None:
+            if finding.kind == "above_ceiling" and not body.override:
+                raise refusal(finding)
+            # An override, or a figure far above its reservation with no ceiling to judge it
+            # by: charged as sent, and left in the log for whoever reads it (issue 17).
+            log.warning(
+                "release %s %s by %s: %s",
+                "override" if body.override else "flagged",
+                finding.kind,
+                who.name,
+                finding.words,
+            )
         rel = await committer.release(claim_id, actual)
+        note(request.scope, claim_id, "released" if finding is None else f"released:{finding.kind}")
         metrics.commit_seconds.observe(time.perf_counter() - started)
         return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
 
@@ -523,25 +577,17 @@ def create_app(
         )
         if state is None:
             raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
-        adm = state.admitted
-        out: dict[str, Any] = {
-            "claim": shown_id(who.tenant, state.claim),
-            "state": "running" if state.running else "released",
-            "entitlement": adm.entitlement,
-            "reserved": adm.reserved.to_json(),
-            "devices": adm.devices,
-            "borrowed_uj": adm.borrowed_uj,
-            "admitted_seq": state.admitted_seq,
-        }
-        if state.released is not None:
-            out["actual"] = state.released.actual.to_json()
-            out["released_seq"] = state.released_seq
+        from joulepool.claims_view import claim_json
+
+        out = claim_json(state, shown_id(who.tenant, state.claim))
         return JSONResponse(out)
 
     # -- entitlements --------------------------------------------------------------------
 
     def entitlement_json(pool: Pool, node: str, index: int | None = None) -> dict[str, Any]:
-        return pool.report(node, index)
+        from joulepool.usage_report import entitlement_reports
+
+        return entitlement_reports(pool, [node], index)[0]
 
     @app.get(
         "/v1/entitlements",
@@ -553,7 +599,9 @@ def create_app(
         """The tree and its usage, as far as the token's scope reaches."""
         pool = service.fresh_pool()
         visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
-        return JSONResponse({"entitlements": [entitlement_json(pool, i) for i in visible]})
+        from joulepool.usage_report import entitlement_reports
+
+        return JSONResponse({"entitlements": entitlement_reports(pool, visible)})
 
     @app.get(
         "/v1/entitlements/{entitlement}",

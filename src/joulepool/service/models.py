@@ -52,6 +52,10 @@ class ReleaseIn(Strict):
     """A release: what the claim actually spent (§6.2)."""
 
     actual: EnergyIn
+    override: bool = Field(
+        default=False,
+        description="charge a figure above the physical ceiling anyway (operator; logged)",
+    )
 
 
 class EstimateIn(Strict):
@@ -214,6 +218,15 @@ class UsageOut(BaseModel):
     period: PeriodOut
 
 
+class SubtreeUsageOut(UsageOut):
+    """An interior node's subtree totals: the sums of its and its descendants' figures and
+    guarantees (API.md usage fields; issue 17)."""
+
+    guarantee_uj: int
+    guarantee_devices: int
+    subtree: Literal[True]
+
+
 class PeriodFiguresOut(BaseModel):
     """One period's energy against the guarantee."""
 
@@ -255,6 +268,7 @@ class EntitlementOut(BaseModel):
     limit_uj: int | SkipJsonSchema[None] = None
     priority: int
     usage: UsageOut
+    subtree: SubtreeUsageOut | SkipJsonSchema[None] = None
 
 
 class EntitlementsOut(BaseModel):

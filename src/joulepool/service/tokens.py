@@ -1,6 +1,8 @@
 """Bearer tokens for `pool serve`: stored as SHA-256 hashes, compared in constant time (API.md).
 
-`DIR/tokens.toml` lists `[[token]]` tables of `name`, `sha256` and `scope`, where a scope is
+`DIR/tokens.toml` lists `[[token]]` tables of `name`, `sha256` and `scope` (and optionally
+`created` and `expires`, TOML offset date-times; a token past `expires` is refused as if
+unknown: issue 17), where a scope is
 `operator`, `metrics` (reads `/metrics` and nothing else; API.md, Additions) or
 `tenant:<entitlement id>`. The token itself is printed once and never stored.
 
@@ -12,6 +14,7 @@ with an entitlement that is in the tree being served.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import hmac
@@ -19,8 +22,10 @@ import os
 import re
 import secrets
 import stat
+import time
 import tomllib
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import tomli_w
@@ -33,6 +38,7 @@ OPERATOR = "operator"
 METRICS = "metrics"
 TENANT_PREFIX = "tenant:"
 _FIELDS = frozenset({"name", "sha256", "scope"})
+_OPTIONAL = frozenset({"created", "expires"})
 _HEX = frozenset("0123456789abcdef")
 _SCOPES = "a scope is exactly 'operator', 'metrics' or 'tenant:<entitlement id>'"
 # A `[[token]]` header alone on its line (TOML allows blanks inside the brackets, a quoted
@@ -77,11 +83,18 @@ class Principal:
 
 @dataclass(frozen=True, slots=True)
 class TokenEntry:
-    """One configured token: its name, the hex SHA-256 of the token, its scope."""
+    """One configured token: its name, the hex SHA-256 of the token, its scope, and when it
+    was made and stops working (None: not recorded, and never)."""
 
     name: str
     sha256: str
     scope: str
+    expires: datetime | None = None
+    created: datetime | None = dataclasses.field(default=None, compare=False)
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """Whether the token has stopped working (issue 17, `--expires`)."""
+        return self.expires is not None and (now or datetime.now(UTC)) >= self.expires
 
 
 def _stray(text: str) -> bool:
@@ -180,12 +193,17 @@ def _parses(text: str) -> bool:
 
 def _entry(table: object, tree: Tree, file: str, line: int) -> TokenEntry:
     """One `[[token]]` table, checked (API.md, Tokens)."""
-    if not isinstance(table, dict) or set(table) != _FIELDS:
+    if not isinstance(table, dict) or not _FIELDS <= set(table) <= _FIELDS | _OPTIONAL:
         keys = sorted(map(str, table)) if isinstance(table, dict) else []
-        extra = [k for k in keys if k not in _FIELDS]
+        extra = [k for k in keys if k not in _FIELDS | _OPTIONAL]
         missing = sorted(_FIELDS - set(keys))
         said = f"unknown key {extra[0]!r}" if extra else f"missing {missing[0]!r}"
-        raise InvalidTokens(file, line, f"{said}: a token has exactly name, sha256 and scope")
+        raise InvalidTokens(
+            file,
+            line,
+            f"{said}: a token has exactly name, sha256 and scope (and may have created, expires)",
+        )
+    when = {k: _instant(table[k], k, file, line) for k in _OPTIONAL if k in table}
     name, digest, scope = table["name"], table["sha256"], table["scope"]
     for field, value in (("name", name), ("sha256", digest), ("scope", scope)):
         if type(value) is not str or not value:
@@ -199,7 +217,75 @@ def _entry(table: object, tree: Tree, file: str, line: int) -> TokenEntry:
     problem = scope_problem(scope, tree)
     if problem is not None:
         raise InvalidTokens(file, line, f"scope {problem}")
-    return TokenEntry(name, digest, scope)
+    return TokenEntry(name, digest, scope, when.get("expires"), when.get("created"))
+
+
+def _instant(value: object, key: str, file: str, line: int) -> datetime:
+    """A `created` or `expires` value: a TOML offset date-time (an instant, not a wall time)."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidTokens(
+            file, line, f"{key} must be a date-time with its offset, such as 2027-01-01T00:00:00Z"
+        )
+    return value.astimezone(UTC)
+
+
+UNITS = {"d": "days", "h": "hours", "m": "minutes"}
+
+
+def parse_expiry(text: str, now: datetime | None = None) -> datetime:
+    """`--expires`: a duration from now (`90d`, `12h`, `30m`) or an instant (`2027-01-01`,
+    `2027-01-01T12:00:00Z`; a date alone is its midnight UTC) (issue 17)."""
+    now = now or datetime.now(UTC)
+    match = re.fullmatch(r"([0-9]{1,6})([dhm])", text.strip())
+    if match:
+        amount, unit = int(match[1]), match[2]
+        if amount == 0:
+            raise InvalidInput("--expires", f"{text!r}: a token that expires at once is no token")
+        span = timedelta(**{UNITS[unit]: amount})
+        return (now + span).replace(microsecond=0)
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidInput(
+            "--expires", f"{text!r}: give a duration (90d, 12h, 30m) or a date (2027-01-01)"
+        ) from None
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    when = when.replace(microsecond=0)
+    if when <= now:
+        raise InvalidInput("--expires", f"{text!r} is in the past")
+    return when
+
+
+def _write_tokens(path: Path, entries: list[TokenEntry]) -> None:
+    """Write `entries` to `path` atomically, mode 0600 (API.md, Tokens)."""
+    tables = []
+    for e in entries:
+        table: dict[str, object] = {"name": e.name, "sha256": e.sha256, "scope": e.scope}
+        if e.created is not None:
+            table["created"] = e.created
+        if e.expires is not None:
+            table["expires"] = e.expires
+        tables.append(table)
+    header = "# Bearer tokens for `pool serve`: only their SHA-256 is stored (API.md).\n"
+    text = header + tomli_w.dumps({"token": tables})
+    try:
+        write_atomically(path, text.encode("utf-8"), 0o600)
+    except OSError as exc:
+        raise InvalidTokens(str(path), None, f"cannot write: {exc.strerror}") from None
+
+
+def revoke_token(path: Path, name: str, tree: Tree) -> TokenEntry:
+    """Remove the token named `name` (issue 17: `pool token revoke DIR NAME`); a running
+    service stops taking it at its next SIGHUP. Refused, naming the closest names, when no
+    token has that name."""
+    entries = read_tokens(path, tree)
+    found = [e for e in entries if e.name == name]
+    if not found:
+        close = difflib.get_close_matches(name, [e.name for e in entries], n=3)
+        hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+        raise InvalidInput("NAME", f"no token named {name!r} in {path}{hint}")
+    _write_tokens(path, [e for e in entries if e.name != name])
+    return found[0]
 
 
 def read_tokens(path: Path, tree: Tree) -> list[TokenEntry]:
@@ -247,7 +333,9 @@ def read_tokens(path: Path, tree: Tree) -> list[TokenEntry]:
     return entries
 
 
-def add_token(path: Path, name: str, scope: str, tree: Tree) -> str:
+def add_token(
+    path: Path, name: str, scope: str, tree: Tree, expires: datetime | None = None
+) -> str:
     """Create a random token, store its hash under `name`, and return it (shown once)
     (API.md, Tokens: `pool token add DIR --scope ...`).
 
@@ -263,15 +351,10 @@ def add_token(path: Path, name: str, scope: str, tree: Tree) -> str:
     if any(e.name == name for e in entries):
         raise InvalidInput("name", f"a token named {name!r} exists already")
     token = "jp_" + secrets.token_urlsafe(32)
-    entries.append(TokenEntry(name, hashlib.sha256(token.encode()).hexdigest(), scope))
-    text = tomli_w.dumps(
-        {"token": [{"name": e.name, "sha256": e.sha256, "scope": e.scope} for e in entries]}
-    )
-    header = "# Bearer tokens for `pool serve`: only their SHA-256 is stored (API.md).\n"
-    try:
-        write_atomically(path, (header + text).encode("utf-8"), 0o600)
-    except OSError as exc:
-        raise InvalidTokens(str(path), None, f"cannot write: {exc.strerror}") from None
+    created = datetime.now(UTC).replace(microsecond=0)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    entries.append(TokenEntry(name, digest, scope, expires, created))
+    _write_tokens(path, entries)
     return token
 
 
@@ -279,14 +362,24 @@ class TokenBook:
     """The configured tokens, looked up in constant time per entry (API.md, Tokens)."""
 
     def __init__(self, entries: list[TokenEntry]) -> None:
-        self._entries = [(bytes.fromhex(e.sha256), Principal(e.name, e.scope)) for e in entries]
+        self._entries = [
+            (
+                bytes.fromhex(e.sha256),
+                Principal(e.name, e.scope),
+                None if e.expires is None else e.expires.timestamp(),
+            )
+            for e in entries
+        ]
 
     def principal(self, token: str) -> Principal | None:
-        """The principal a bearer token names, or None for an unknown one."""
+        """The principal a bearer token names, or None for an unknown or expired one."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         found: Principal | None = None
+        expiry: float | None = None
         # Every entry is compared, whatever matches, so timing says nothing about which.
-        for stored, principal in self._entries:
+        for stored, principal, expires in self._entries:
             if hmac.compare_digest(stored, digest):
-                found = principal
+                found, expiry = principal, expires
+        if expiry is not None and time.time() >= expiry:
+            return None  # past its `expires`: answered exactly like an unknown token
         return found

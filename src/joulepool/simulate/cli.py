@@ -1,8 +1,9 @@
 """`pool simulate`: replay a cluster trace under pool/1 and under a device-count quota.
 
 Writes `evaluation.md` and its PNG figures into `--out`, and prints a per-VC summary (or
-the figures as JSON with `--json`). Defaults point at `../shared/data/traces`, the shared
-data folder beside the checkout, read from the directory the command runs in.
+the figures as JSON with `--json`). The default data folder is the one
+shipped inside the package (`joulepool/data/traces`, with its licences), whatever the
+working folder.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ def _positive(text: str) -> int:
     value = _count(text)
     if value == 0:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _positive_energy(text: str) -> int:
+    from joulepool.cli.pool_cmd import energy_flag
+
+    value = energy_flag(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
     return value
 
 
@@ -124,7 +134,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--data-dir",
         default=str(DEFAULT_DATA_DIR),
         metavar="DIR",
-        help=f"the shared traces folder (default: {DEFAULT_DATA_DIR})",
+        help="the traces folder (default: the traces shipped with joulepool, seed 0 only)",
     )
     p.add_argument(
         "--seed", type=_count, default=0, help="the Gavel trace seed: philly-gavel/seed<N> (0)"
@@ -140,10 +150,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"cluster GPUs, split among VCs by size (default: {DEFAULT_GPUS})",
     )
     p.add_argument(
+        "--budget",
         "--budget-uj",
-        type=_positive,
+        dest="budget_uj",
+        type=_positive_energy,
         default=DEFAULT_BUDGET_UJ,
-        help=f"the cluster's energy budget for the window, µJ (default: {DEFAULT_BUDGET_UJ})",
+        metavar="ENERGY",
+        help="the cluster's energy budget for the window: 500GJ, 2.5kWh, a bare number in µJ "
+        "(default: 500GJ)",
     )
     p.add_argument(
         "--tdp-w",

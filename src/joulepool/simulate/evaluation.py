@@ -30,7 +30,11 @@ from joulepool.simulate.policy import device_only_policy, pool1_policy
 from joulepool.simulate.summary import PolicySummary, summarise
 from joulepool.simulate.trace import read_trace, read_vc_sizes
 
-DEFAULT_DATA_DIR = Path("../shared/data/traces")
+DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
+"""The traces shipped inside the package (data/traces/README.md lists them, with their
+licences): found beside this module, never relative to the working folder, so
+`pool simulate` runs from a fresh clone anywhere. Only seed 0 ships; `--data-dir` takes a
+folder of the same layout with the other seeds."""
 DEFAULT_GPUS = 704
 """352 Philly nodes (Helios's VC sizes) at 2 GPUs each, the smaller of Philly's node types."""
 DEFAULT_BUDGET_UJ = 500 * 10**15

@@ -1,7 +1,7 @@
 """A simulated RAPL package meter for test clusters, so Slurm's `acct_gather_energy/rapl` has
 something to read on machines without a power sensor (TEST ONLY).
 
-Adapted from `shared/slurm/fake_msr.py` of this project's Slurm recipe: it writes the RAPL
+Adapted from the fake MSR writer of this project's Slurm bring-up recipe: it writes the RAPL
 model-specific registers (unit 0x606, power info 0x614, package energy 0x611, DRAM 0x619)
 into regular files at `/dev/cpu/N/msr`, advancing the package counter at `watts`. It never
 touches a real MSR device (a character device): where one exists, it refuses to start.

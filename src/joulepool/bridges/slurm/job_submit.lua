@@ -360,7 +360,69 @@ local function devices(job_desc)
   return gang, cpus, "cpu"
 end
 
--- --comment=pool:estimate_uj=N,grade=G,class=C (anywhere in the comment, up to a space or ';')
+-- Energy with its unit, as people say it (issue 17; joulepool.units): 4MJ, 2.5kWh, 750J,
+-- 123uJ, converted to integer microjoules exactly, on digit strings: Lua 5.1 numbers are
+-- doubles. A figure that is not a whole number of microjoules is refused, never rounded.
+-- Each unit: its power of ten in microjoules, and whether it is a watt-hour (x 3,600).
+local ENERGY_UNITS = {
+  uJ = {0, false}, uj = {0, false}, ["µJ"] = {0, false}, ["µj"] = {0, false},
+  mJ = {3, false}, J = {6, false}, j = {6, false}, kJ = {9, false}, kj = {9, false},
+  MJ = {12, false}, GJ = {15, false}, gj = {15, false}, TJ = {18, false},
+  Wh = {6, true}, wh = {6, true}, kWh = {9, true}, kwh = {9, true}, MWh = {12, true},
+  GWh = {15, true},
+}
+
+-- The decimal digit string `digits` times the small integer `m`.
+local function times(digits, m)
+  local out, carry = {}, 0
+  for i = #digits, 1, -1 do
+    local d = (digits:byte(i) - 48) * m + carry
+    table.insert(out, 1, string.char(48 + d % 10))
+    carry = math.floor(d / 10)
+  end
+  while carry > 0 do
+    table.insert(out, 1, string.char(48 + carry % 10))
+    carry = math.floor(carry / 10)
+  end
+  return table.concat(out)
+end
+
+local function energy_uj(text)
+  local int, frac, unit = text:match("^(%d+)%.?(%d*)(.*)$")
+  if not int or (text:find("%.") and frac == "") then
+    return nil, "--comment: estimate must be a figure and a unit such as 4MJ, 2.5kWh, 750J or 123uJ, got '" .. text .. "'"
+  end
+  if unit == "mj" or unit == "Mj" or unit == "mWh" or unit == "mwh" then
+    return nil, "--comment: '" .. unit .. "' could be milli or mega; write mJ or MJ (or MWh), got '" .. text .. "'"
+  end
+  local u = ENERGY_UNITS[unit == "" and "uJ" or unit]
+  if not u then
+    return nil, "--comment: unknown energy unit '" .. unit .. "' (uJ, mJ, J, kJ, MJ, GJ, TJ, Wh, kWh, MWh, GWh), got '" .. text .. "'"
+  end
+  local digits, shift = int .. frac, u[1] - #frac
+  if u[2] then
+    digits, shift = times(digits, 36), shift + 2
+  end
+  if shift >= 0 then
+    digits = digits .. string.rep("0", shift)
+  else
+    if not digits:sub(shift):match("^0+$") then
+      return nil, "--comment: estimate '" .. text .. "' is not a whole number of microjoules (never rounded)"
+    end
+    digits = digits:sub(1, #digits + shift)
+  end
+  digits = digits:gsub("^0+", "")
+  if digits == "" then
+    digits = "0"
+  end
+  if #digits > 19 then
+    return nil, "--comment: estimate '" .. text .. "' is past what a ledger figure holds"
+  end
+  return digits
+end
+
+-- --comment=pool:estimate=4MJ,grade=G,class=C or pool:estimate_uj=N,... (anywhere in the
+-- comment, up to a space or ';')
 local function parse_comment(comment)
   local spec = (comment or ""):match("pool:([^%s;]*)")
   if spec == nil then
@@ -370,13 +432,19 @@ local function parse_comment(comment)
   for pair in spec:gmatch("[^,]+") do
     local k, v = pair:match("^([%w_]+)=(.+)$")
     if not k then
-      return nil, "--comment: '" .. pair .. "' is not key=value (pool:estimate_uj=N,grade=G,class=C)"
+      return nil, "--comment: '" .. pair .. "' is not key=value (pool:estimate=4MJ,grade=G,class=C)"
     end
     if k == "estimate_uj" then
       if not v:match("^%d+$") or #v > 18 then
         return nil, "--comment: estimate_uj must be a whole number of microjoules, got '" .. v .. "'"
       end
       v = v:gsub("^0+(%d)", "%1")
+    elseif k == "estimate" then
+      local uj, err = energy_uj(v)
+      if not uj then
+        return nil, err
+      end
+      k, v = "estimate_uj", uj
     elseif k == "grade" then
       if v ~= "Estimator" and v ~= "ModelBased" then
         return nil, "--comment: grade must be Estimator or ModelBased (an estimate is a prediction, never a HwShunt reading), got '" .. v .. "'"
@@ -386,7 +454,7 @@ local function parse_comment(comment)
         return nil, "--comment: class may hold letters, digits and _.:@+/- only, got '" .. v .. "'"
       end
     else
-      return nil, "--comment: unknown key '" .. k .. "' (known: estimate_uj, grade, class)"
+      return nil, "--comment: unknown key '" .. k .. "' (known: estimate, estimate_uj, grade, class)"
     end
     if out[k] then
       return nil, "--comment: " .. k .. " given twice"
@@ -509,12 +577,12 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     if type(answer.estimate) ~= "table" then
       slurm.log_user("Pool: no estimate for class '" .. want.class .. "': " .. tostring(answer.declined)
         .. " (" .. tostring(answer.observations) .. " observations, " .. tostring(answer.evidence)
-        .. " evidence); give --comment=pool:estimate_uj=N")
+        .. " evidence); give --comment=pool:estimate=4MJ")
       return slurm.ERROR
     end
     c.estimate_uj, c.grade = answer.estimate.uj, answer.estimate.grade
   else
-    slurm.log_user("Pool: the job carries no energy estimate; give --comment=pool:estimate_uj=N[,grade=ModelBased][,class=C] or --comment=pool:class=C for a class with earned history")
+    slurm.log_user("Pool: the job carries no energy estimate; give --comment=pool:estimate=4MJ[,grade=ModelBased][,class=C] or --comment=pool:class=C for a class with earned history")
     return slurm.ERROR
   end
 

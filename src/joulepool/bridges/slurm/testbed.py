@@ -1,6 +1,6 @@
 """A real, throwaway single-node Slurm 22.05 for tests, demos and benchmarks of the bridge.
 
-It follows this project's Slurm recipe (`shared/slurm/bringup.sh`, README there), done from
+It follows this project's Slurm bring-up recipe (bringup.sh, its recipe README), done from
 Python and kept hermetic: every daemon is started from the installed Debian packages as a
 child process (munged, mariadbd, slurmdbd, slurmctld, slurmd, and the simulated RAPL meter
 of `fake_rapl`), every file lives under one folder, ports are free ones picked at start,

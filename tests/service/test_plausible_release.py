@@ -1,0 +1,134 @@
+"""Issue 17, "physical plausibility of a release" (API.md "Additions"): with
+`max_device_power_w` configured, an actual figure above devices × ceiling × time since
+admission is refused `implausible_actual` naming the bound, unless an operator overrides it
+(logged); without a ceiling, a figure over 10× its reservation is flagged (HTTP: logged; CLI:
+confirmed with --override). The ceiling is part of the replicas' configuration digest."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from joulepool.deployment import CONFIG, config_digest, read_config
+from joulepool.plausibility import physical_bound_uj
+from tests.servers import Deployment, pool_cli, start_serve
+
+MJ = 10**12
+GJ = 10**15
+
+
+def with_ceiling(folder: Path, watts: int) -> None:
+    path = folder / CONFIG
+    text = path.read_text()
+    path.write_text(text.replace("[pool]\n", f"[pool]\nmax_device_power_w = {watts}\n", 1))
+
+
+def claim(claim_id: str, uj: int) -> dict[str, object]:
+    return {
+        "id": claim_id,
+        "entitlement": "vision",
+        "gang_size": 1,
+        "devices_per_member": 2,
+        "estimate": {"uj": uj, "grade": "HwShunt"},
+    }
+
+
+def test_issue17_a_release_above_the_physical_ceiling_is_422_unless_overridden(
+    tmp_path: Path,
+) -> None:
+    d = Deployment.create(tmp_path / "d")
+    with_ceiling(d.folder, 700)
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            assert ops.post("/v1/claims", json=claim("c1", MJ)).json()["verdict"] == "admit"
+            typo = {"actual": {"uj": 1000 * MJ, "grade": "HwShunt"}}
+            r = ops.post("/v1/claims/c1/release", json=typo)
+            assert r.status_code == 422 and r.json()["error"] == "implausible_actual"
+            assert "physical bound" in r.json()["detail"] and "700 W" in r.json()["detail"]
+            assert ops.get("/v1/claims/c1").json()["state"] == "running"  # nothing charged
+            time.sleep(0.05)
+            fine = ops.post("/v1/claims/c1/release", json={"actual": {"uj": 1, "grade": "HwShunt"}})
+            assert fine.status_code == 200
+            assert ops.post("/v1/claims", json=claim("c2", MJ)).json()["verdict"] == "admit"
+            forced = ops.post("/v1/claims/c2/release", json={**typo, "override": True})
+            assert forced.status_code == 200 and forced.json()["charged"]["uj"] == 1000 * MJ
+        time.sleep(0.2)
+        assert "override above_ceiling by ops" in serve.output()
+    finally:
+        serve.kill()
+
+
+def test_issue17_without_a_ceiling_a_figure_over_10x_is_charged_and_flagged(tmp_path: Path) -> None:
+    d = Deployment.create(tmp_path / "d")
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            ops.post("/v1/claims", json=claim("c1", MJ))
+            r = ops.post(
+                "/v1/claims/c1/release", json={"actual": {"uj": 11 * MJ, "grade": "HwShunt"}}
+            )
+            assert r.status_code == 200
+        time.sleep(0.2)
+        assert "flagged far_above_reservation" in serve.output()
+    finally:
+        serve.kill()
+
+
+def test_issue17_cli_release_refuses_implausible_and_takes_override(tmp_path: Path) -> None:
+    folder = tmp_path / "d"
+    assert pool_cli("init", str(folder)).returncode == 0
+    assert (
+        pool_cli(
+            "admit",
+            str(folder),
+            "--id",
+            "a",
+            "--entitlement",
+            "vision",
+            "--estimate",
+            "1MJ",
+            "--grade",
+            "HwShunt",
+        ).returncode
+        == 0
+    )
+    r = pool_cli("release", str(folder), "a", "--actual", "11MJ", "--grade", "HwShunt")
+    assert r.returncode == 1 and "implausible_actual" in r.stderr and "--override" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = pool_cli(
+        "release", str(folder), "a", "--actual", "11MJ", "--grade", "HwShunt", "--override"
+    )
+    assert r.returncode == 0 and "overridden" in r.stderr
+    with_ceiling(folder, 300)
+    assert (
+        pool_cli(
+            "admit",
+            str(folder),
+            "--id",
+            "b",
+            "--entitlement",
+            "vision",
+            "--estimate",
+            "1MJ",
+            "--grade",
+            "HwShunt",
+        ).returncode
+        == 0
+    )
+    r = pool_cli("release", str(folder), "b", "--actual", "1GJ", "--grade", "HwShunt")
+    assert r.returncode == 1 and "implausible_actual" in r.stderr and "300 W" in r.stderr
+
+
+def test_issue17_the_ceiling_is_in_the_configuration_digest(tmp_path: Path) -> None:
+    folder = tmp_path / "d"
+    assert pool_cli("init", str(folder)).returncode == 0
+    c = read_config(folder / CONFIG)
+    before = config_digest(c.tree, c.idle, c.required_evidence, c.period, c.max_device_power_w)
+    assert before == config_digest(c.tree, c.idle, c.required_evidence, c.period)
+    with_ceiling(folder, 700)
+    c = read_config(folder / CONFIG)
+    assert c.max_device_power_w == 700
+    after = config_digest(c.tree, c.idle, c.required_evidence, c.period, c.max_device_power_w)
+    assert after != before
+    assert physical_bound_uj(2, 700, 1_000) == 2 * 700 * 10**6  # 2 devices, 700 W, 1 s
