@@ -64,7 +64,10 @@ def test_issue17_nothing_points_outside_the_repository() -> None:
             if f.suffix not in {".md", ".py", ".toml", ".lua"} or f == Path(__file__):
                 continue
             text = f.read_text(encoding="utf-8", errors="replace")
-            if "../shared" in text or "shared/data" in text or "shared/API" in text:
+            # Spelled in pieces so that this file is not itself a reference to the shelf.
+            if any(
+                ref in text for ref in (".." + "/shared", "shared" + "/data", "shared" + "/API")
+            ):
                 offenders.append(str(f.relative_to(REPO)))
     assert offenders == []
 
