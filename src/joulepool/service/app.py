@@ -430,19 +430,15 @@ def create_app(
 
     # Dependencies are coroutines so FastAPI runs them on the loop, not in a worker thread.
     def acting(request: Request) -> Principal:
-        # `Boundary` authenticated the request before its body was read.
+        # `Boundary` authenticated the request before its body was read, and refused a
+        # `metrics` token anywhere but /metrics.
         found = principal_of(request.scope)
         if found is None:
             raise ApiError(401, "unauthorized", "send Authorization: Bearer <token>")
         return found
 
-    async def any_token(request: Request) -> Principal:
+    async def principal(request: Request) -> Principal:
         return acting(request)
-
-    async def principal(who: Principal = Depends(any_token)) -> Principal:
-        if who.metrics_only:
-            raise ApiError(403, "forbidden", "a metrics token reads /metrics only")
-        return who
 
     async def operator(who: Principal = Depends(principal)) -> Principal:
         if not who.operator:
@@ -821,7 +817,7 @@ def create_app(
         responses={401: ERRORS[401]},
         tags=["probes"],
     )
-    def prometheus(who: Principal = Depends(any_token)) -> Response:
+    def prometheus(who: Principal = Depends(principal)) -> Response:
         """Prometheus text exposition; it needs a token (API.md, Additions). An operator or
         `metrics` token reads every series; a tenant token reads its subtree's usage only."""
         from prometheus_client import CONTENT_TYPE_LATEST

@@ -100,8 +100,7 @@ class HighWaterFile:
                 f"{path}: cannot create the high-water record: {exc.strerror}"
             ) from None
         try:
-            _write_all(fd, _slot(point) * 2, 0)
-            os.fsync(fd)
+            write_durably(fd, _slot(point) * 2, 0)
             fsync_dir(path.parent)
         except OSError as exc:
             os.close(fd)
@@ -133,13 +132,6 @@ class HighWaterFile:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-
-
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
 
 
 def _store_error(path: Path, exc: OSError) -> StoreError:
