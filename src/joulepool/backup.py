@@ -30,6 +30,7 @@ from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.snapshot import SnapshotFolder
 from joulepool.steward_keys import ROTATIONS
+from joulepool.stores.claim_index import index_path, open_index
 from joulepool.stores.file import FileStore, LedgerLocked, lock_holder
 from joulepool.stores.highwater import HighWaterFile, record_path
 
@@ -133,6 +134,14 @@ def backup(folder: Path, out: Path, *, with_secret_key: bool = False) -> dict[st
             os.fsync(fh.fileno())
         # The record at exactly the copied length: what this copy acknowledges.
         HighWaterFile.create(record_path(target), HighWater(length, head)).close()
+        # The restored copy then starts from its snapshot, instead of rebuilding the index
+        # by a replay of the whole ledger.
+        index = open_index(folder / LEDGER, read_only=True)
+        if index is not None:
+            try:
+                index.copy_to(index_path(target), length)
+            finally:
+                index.close()
     finally:
         store.close()
     for name in (CONFIG, PUBLIC_KEY, TOKENS):
@@ -149,8 +158,8 @@ def backup(folder: Path, out: Path, *, with_secret_key: bool = False) -> dict[st
         lambda p: p.name.split(".")[0].isdigit() and int(p.name.split(".")[0]) <= length,
     )
     fsync_dir(out)
-    # A backup that does not verify is not a backup.
-    copy = open_pool(out, read_only=True)
+    # A backup that does not verify is not a backup: replayed from entry 0, no snapshot.
+    copy = open_pool(out, read_only=True, snapshots=False)
     try:
         verified = copy.length
     finally:

@@ -39,6 +39,8 @@ from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.snapshot import (
     SnapshotFolder,
     SnapshotRefused,
+    Snapshots,
+    decode_copy,
     decode_state,
     encode_state,
     open_snapshot,
@@ -164,7 +166,7 @@ class Pool:
         acknowledged: Sequence[Mark] = (),
         read_only: bool = False,
         keys: KeySchedule | None = None,
-        snapshots: SnapshotFolder | None = None,
+        snapshots: Snapshots | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
         snapshot_seconds: float = SNAPSHOT_SECONDS,
         claims: ClaimIndex | None = None,
@@ -237,13 +239,19 @@ class Pool:
             return None, []
         marks: list[Mark] = []
         for length, raw in self._snapshots.newest_first():
-            where = f"snapshot at {length} in {self._snapshots.folder}"
+            where = f"snapshot at {length} in {self._snapshots.where}"
             try:
                 if isinstance(raw, SnapshotRefused):
                     raise raw
                 snap = open_snapshot(raw, steward, keys)
                 if snap.length != length:
                     raise SnapshotRefused(f"it holds length {snap.length}, not its name's")
+                copy = decode_copy(snap)
+                resume = getattr(store, "resume", None)
+                if copy.bounds is not None and resume is not None:
+                    # A ledger file is read from where the snapshot ends, once the bytes
+                    # there are the entry whose address is the snapshot's head.
+                    resume(snap.length, *copy.bounds, snap.head)
                 if snap.length > len(store):
                     marks.append(Mark(f"its {where}", HighWater(snap.length, snap.head)))
                     continue
@@ -251,7 +259,7 @@ class Pool:
                     raise SnapshotRefused("its head is not the ledger's head at its length")
                 claims = self._claims
                 reaches = claims is not None and claims.covers >= snap.length
-                state = decode_state(snap, tree, period, claims if reaches else None)
+                state = decode_state(snap, tree, period, claims if reaches else None, copy)
                 if state.claims is not None:
                     state.claims.rebase(snap.length)  # rows past it are the tail's again
                 return (state, snap.head), marks
@@ -639,6 +647,9 @@ class Pool:
         # Under the commit lock: copies at C speed, so the lock is held for no encoding,
         # signing or writing; those run after, off the admission path.
         copy = capture(self.state)
+        bounds = getattr(self.store, "bounds", None)
+        if bounds is not None and copy.length > 0:
+            copy = copy._replace(bounds=bounds(copy.length - 1))
         head, key, at_ms = self._replayer.head, self.key, self.now_ms()
         schedule, folder = self.state.schedule, self._snapshots
         assert folder is not None
@@ -701,8 +712,11 @@ def open_pool(
     progress: Callable[[int], None] | None = None,
     read_only: bool = False,
     snapshot_every: int = SNAPSHOT_EVERY,
+    snapshots: bool = True,
 ) -> Pool:
     """Open a deployment folder: its tree, its steward key and its ledger file (§6.1).
+
+    `snapshots=False` replays and verifies the whole ledger, whatever snapshots it has.
 
     `read_only` opens a reader that needs neither the writer's lock nor the secret key, so
     it works while `pool serve` runs: it reads the entries whole when it opened (issue 16);
@@ -725,7 +739,8 @@ def open_pool(
     marks, problems = kept_marks(folder / WITNESSES, config.steward)
     for problem in problems:
         print(f"pool: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
-    store = FileStore(folder / LEDGER, writer=not read_only)
+    # Deferred: a start from a snapshot scans only the entries after it (DESIGN.md §4).
+    store = FileStore(folder / LEDGER, writer=not read_only, deferred=True)
     try:
         pool = Pool(
             config.tree,
@@ -739,7 +754,7 @@ def open_pool(
             acknowledged=marks,
             read_only=read_only,
             keys=keys,
-            snapshots=SnapshotFolder.beside(folder / LEDGER),
+            snapshots=SnapshotFolder.beside(folder / LEDGER) if snapshots else None,
             snapshot_every=snapshot_every,
             claims=open_index(folder / LEDGER, read_only=read_only),
         )

@@ -86,6 +86,18 @@ def write_statement(folder: Path, position: int, raw: bytes) -> None:
     write_atomically(path, raw, 0o644)
 
 
+def write_statements(folder: Path, statements: list[bytes]) -> None:
+    """Write `statements` as a `rotations/`-shaped folder (`NNNNNNNN.cose` in order), each
+    file whole or not at all; for exports and backups that travel without the deployment."""
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        if _NAME.match(old.name):  # a replaced export's statements: none may outlive it
+            old.unlink()
+    for position, raw in enumerate(statements):
+        write_atomically(folder / f"{position:08d}.cose", raw, 0o644)
+    fsync_dir(folder)
+
+
 def key_in_force(folder: Path, schedule: KeySchedule) -> KeyPair:
     """The secret key that must seal the next entry: `steward.key`, or a pending key whose
     statement was already written when a crash stopped the swap (which this finishes)."""

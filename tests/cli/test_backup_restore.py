@@ -94,3 +94,47 @@ def test_s6_1_restore_to_a_new_machine_with_the_key_loses_nothing(tmp_path: Path
     usage = run("usage", str(fresh))
     vision = next(e for e in usage["entitlements"] if e["id"] == "vision")
     assert vision["usage"]["reserved_uj"] == 2 * MJ
+
+
+def test_s6_4_a_backup_carries_the_claim_index_so_a_restore_starts_from_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    """Issue 16: a restored deployment starts from its newest snapshot (it needs the claim
+    index for that), while the backup itself is still verified by a replay from entry 0."""
+    from joulepool.claim import Claim
+    from joulepool.grade import Energy, Grade
+    from joulepool.ledger.snapshot import SnapshotFolder
+    from joulepool.pool import open_pool
+    from joulepool.stores.claim_index import ClaimIndex, index_path
+
+    folder = tmp_path / "dep"
+    init_deployment(folder, "steward")
+    pool = open_pool(folder, snapshot_every=6)
+    try:
+        for i in range(20):
+            pool.submit(Claim(f"c{i}", "vision", 1, 1, Energy(5, Grade.Estimator)))
+            pool.release(f"c{i}", Energy(4, Grade.HwShunt))
+        pool.wait_for_snapshot()
+    finally:
+        pool.close()
+    backup = tmp_path / "backup"
+    made = run("ledger", "backup", str(folder), str(backup), "--with-secret-key")
+    assert "ledger.cbor.claims" in made["files"]
+    copied = ClaimIndex(index_path(backup / "ledger.cbor"), read_only=True)
+    try:
+        assert copied.covers == 40 and copied.rebase(40) and len(copied) == 20
+    finally:
+        copied.close()
+    fresh = tmp_path / "new-machine"
+    assert run("ledger", "restore", str(backup), str(fresh))["ok"] is True
+    newest = SnapshotFolder.beside(fresh / "ledger.cbor").lengths()[0]
+    restored = open_pool(fresh)
+    try:
+        assert restored.started_from == newest > 0
+        refused = restored.submit(Claim("c3", "vision", 1, 1, Energy(5, Grade.Estimator)))
+    except Exception as exc:  # §6.4: a released id is never admitted again
+        assert "admitted before" in str(exc)
+    else:
+        raise AssertionError(f"c3 admitted again: {refused}")
+    finally:
+        restored.close()

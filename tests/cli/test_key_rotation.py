@@ -149,3 +149,41 @@ def test_design_s4_rotate_while_serving_takes_effect_on_sighup(tmp_path: Path) -
     # And it restarts on the rotated key.
     again = start_serve(folder)
     again.kill(signal.SIGTERM)
+
+
+def test_design_s4_an_export_carries_the_rotation_statements_a_verifier_needs(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "dep"
+    init_deployment(folder, "steward")
+    admit(folder, "a")
+    ok_json("keys", "rotate", str(folder))
+    admit(folder, "b")
+    out = tmp_path / "out" / "copy.cbor"
+    out.parent.mkdir()
+    exported = ok_json("ledger", "export", str(out), "--file", str(folder / "ledger.cbor"))
+    assert (exported["entries"], exported["rotations"]) == (2, 1)
+    assert exported["rotations_out"] == f"{out}.rotations"
+    assert (Path(f"{out}.rotations") / "00000000.cose").read_bytes() == (
+        folder / "rotations" / "00000000.cose"
+    ).read_bytes()
+    verified = ok_json(
+        "ledger",
+        "verify",
+        str(out),
+        "--key",
+        str(folder / "steward.pub"),
+        "--rotations",
+        exported["rotations_out"],
+    )
+    assert (verified["length"], verified["rotations"]) == (2, 1)
+    # A second export onto the same name is refused unless asked, and then replaces both.
+    refused = pool_cli("ledger", "export", str(out), "--file", str(folder / "ledger.cbor"))
+    assert refused.returncode == 1 and "already exists" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    (Path(f"{out}.rotations") / "00000007.cose").write_bytes(b"stale")
+    again = ok_json(
+        "ledger", "export", str(out), "--file", str(folder / "ledger.cbor"), "--overwrite"
+    )
+    assert again["rotations"] == 1
+    assert sorted(p.name for p in Path(f"{out}.rotations").iterdir()) == ["00000000.cose"]

@@ -132,7 +132,9 @@ def test_design_s4_snapshot_of_another_key_or_head_is_skipped(tmp_path: Path) ->
     # The next: the steward's key would be needed; this one names a head the ledger lacks.
     steward = KeyPair.from_cose_key((folder / "steward.key").read_bytes())
     (store.folder / f"{middle:016d}.snapshot").write_bytes(
-        seal_snapshot(steward, middle, head, 1, pool.schedule, encode_state(state))
+        seal_snapshot(
+            steward, middle, head, 1, pool.schedule, encode_state(state._replace(length=middle))
+        )
     )
     reopened = open_pool(folder, read_only=True)
     try:
@@ -382,4 +384,63 @@ def test_s6_4_a_reload_under_another_period_keeps_released_claims_in_the_index(
             pool.submit(Claim("c1", "vision", 1, 1, Energy(5, Grade.Estimator)))
     finally:
         pool.close()
+    assert state_of(open_pool(folder, read_only=True)) == full_replay(folder)
+
+
+@pytest.mark.parametrize("shift", [(1, 0), (0, 1), (-1, -1), (10**9, 10**9 + 5)])
+def test_design_s4_a_snapshot_naming_the_wrong_bytes_for_its_last_entry_costs_time_only(
+    tmp_path: Path, shift: tuple[int, int]
+) -> None:
+    """Where a snapshot says its last entry lies is a hint for reading the ledger file from
+    there: bytes that are not that entry (its content address is not the head) are not
+    taken, and the start reads the file from byte 0 and still starts from the snapshot."""
+    folder = deployment(tmp_path)
+    newest = snapshots(folder).lengths()[0]
+
+    def moved(body: list[object]) -> list[object]:
+        bounds = body[8]
+        assert isinstance(bounds, list)
+        return [*body[:8], [bounds[0] + shift[0], bounds[1] + shift[1]]]
+
+    _resealed(folder, newest, moved)
+    reopened = open_pool(folder, read_only=True)
+    try:
+        assert reopened.started_from == newest
+        assert state_of(reopened) == full_replay(folder)
+    finally:
+        reopened.close()
+
+
+def test_design_s4_a_start_from_a_snapshot_reads_only_the_tail_of_the_ledger_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    folder = deployment(tmp_path, claims=60)
+    newest = snapshots(folder).lengths()[0]
+    ledger = folder / "ledger.cbor"
+    with FileStore(ledger, writer=False) as store:
+        start = store.offset(newest - 1)
+    seen: list[tuple[str, int]] = []
+    real_open, real_pread = os.open, os.pread
+    fds: dict[int, str] = {}
+
+    def spy_open(path: object, *args: object, **kwargs: object) -> int:
+        fd = real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+        fds[fd] = str(path)
+        return fd
+
+    def spy_pread(fd: int, size: int, offset: int) -> bytes:
+        seen.append((fds.get(fd, "?"), offset))
+        return real_pread(fd, size, offset)
+
+    monkeypatch.setattr(os, "open", spy_open)
+    monkeypatch.setattr(os, "pread", spy_pread)
+    pool = open_pool(folder)
+    try:
+        assert pool.started_from == newest
+        assert min(offset for path, offset in seen if path == str(ledger)) == start
+    finally:
+        pool.close()
+    monkeypatch.undo()
     assert state_of(open_pool(folder, read_only=True)) == full_replay(folder)

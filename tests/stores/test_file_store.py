@@ -12,7 +12,7 @@ from pathlib import Path
 import cbor2
 import pytest
 
-from joulepool.ledger.cose import envelope_bytes, protected_header
+from joulepool.ledger.cose import content_address, envelope_bytes, protected_header
 from joulepool.stores.file import (
     CorruptLedger,
     DiskFull,
@@ -162,3 +162,91 @@ def test_a_full_disk_refuses_the_append_and_damages_nothing(small_disk: Path) ->
     with FileStore(path) as again:
         assert list(again.entries())[-1] == entry(11, 1000)
         assert again.tail is None
+
+
+def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """Record every (file descriptor, offset, size) read, through the real os.pread."""
+    seen: list[tuple[int, int, int]] = []
+    real = os.pread
+
+    def pread(fd: int, size: int, offset: int) -> bytes:
+        seen.append((fd, offset, size))
+        return real(fd, size, offset)
+
+    monkeypatch.setattr("joulepool.stores.file.os.pread", pread)
+    return seen
+
+
+def test_design_s4_resume_reads_only_after_the_snapshot_and_the_rest_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start from a state snapshot reads only the entries after it (issue 16): the hint
+    names entry 19's bytes; nothing before them is read until an older entry is asked for,
+    and then the whole file is scanned once and every answer is the same."""
+    path = tmp_path / "ledger.cbor"
+    many = [entry(i) for i in range(30)]
+    with create(path) as store:
+        store.append(many)
+        start, end = store.bounds(19)
+    seen = _spy_reads(monkeypatch)
+    with FileStore(path, deferred=True) as again:
+        assert not again.resume(20, start, end, content_address(many[18]))
+        assert again.resume(20, start, end, content_address(many[19]))
+        assert len(again) == 30
+        assert list(again.entries(20)) == many[20:]
+        assert again.entry(19) == many[19]
+        ledger = [offset for fd, offset, _ in seen if fd == again._fd]
+        assert min(ledger) == start
+        again.append([entry(30)])
+        assert again.entry(30) == entry(30)
+        assert again.entry(3) == many[3]  # asks for the past: one scan from byte 0
+        assert min(offset for fd, offset, _ in seen if fd == again._fd) == 0
+        assert list(again.entries()) == [*many, entry(30)]
+        assert len(again) == 31
+
+
+@pytest.mark.parametrize(
+    "hint",
+    [
+        lambda s, e: (20, s + 1, e),  # not the start of an entry
+        lambda s, e: (20, s, e + 1),  # two entries' bytes, or part of one
+        lambda s, e: (20, s, e - 1),  # a part of one
+        lambda s, e: (20, s, 10**9),  # past the end of the file
+        lambda s, e: (0, s, e),  # no entry before length 0
+    ],
+)
+def test_design_s4_a_resume_hint_that_is_not_one_whole_entry_is_not_taken(
+    tmp_path: Path, hint: object
+) -> None:
+    path = tmp_path / "ledger.cbor"
+    many = [entry(i) for i in range(30)]
+    with create(path) as store:
+        store.append(many)
+        start, end = store.bounds(19)
+    assert callable(hint)
+    length, first, last = hint(start, end)
+    with FileStore(path, deferred=True) as again:
+        assert not again.resume(length, first, last, content_address(many[19]))
+        assert list(again.entries()) == many
+        assert len(again) == 30
+
+
+def test_design_s4_a_resumed_writer_still_refuses_damage_after_the_last_entry(
+    tmp_path: Path,
+) -> None:
+    """The hint never hides a torn write: the scan after it finds one, the hint is not
+    taken, and the full scan refuses the file as an ordinary open does."""
+    path = tmp_path / "ledger.cbor"
+    with create(path) as store:
+        store.append([entry(i) for i in range(5)])
+        start, end = store.bounds(2)
+    with path.open("ab") as f:
+        f.write(entry(5)[:-7])
+    store = FileStore(path, deferred=True)
+    try:
+        assert not store.resume(3, start, end, content_address(entry(2)))
+        with pytest.raises(TornWrite) as info:
+            len(store)
+        assert info.value.index == 5
+    finally:
+        store.close()

@@ -631,7 +631,8 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from joulepool.errors import InvalidInput
+    from joulepool.errors import InvalidInput, StoreError
+    from joulepool.steward_keys import ROTATIONS, read_statements, write_statements
     from joulepool.stores.base import Store
     from joulepool.stores.export import export_ledger
 
@@ -652,17 +653,38 @@ def _export(args: argparse.Namespace) -> int:
 
         store = FileStore(Path(args.file), writer=False)
         source = args.file
+    # The statements that hand entries to later keys travel with the entries (DESIGN.md §4):
+    # without them a verifier holding the first key refuses the first rotated entry.
+    given = Path(args.rotations) if args.rotations else None
+    if given is None and args.file:
+        given = Path(args.file).parent / ROTATIONS
+    statements = read_statements(given) if given is not None else []
+    rotations_out = Path(f"{args.out}.{ROTATIONS}")
+    if statements and rotations_out.exists() and not args.overwrite:
+        raise StoreError(f"{rotations_out} already exists; pass --overwrite to replace it")
     try:
         count = export_ledger(store, Path(args.out), overwrite=args.overwrite)
     finally:
         store.close()
-    result = {"source": source, "out": args.out, "entries": count}
+    if statements:
+        write_statements(rotations_out, statements)
+    result: dict[str, Any] = {"source": source, "out": args.out, "entries": count}
+    result["rotations"] = len(statements)
+    check = f"pool ledger verify {args.out} --key STEWARD.pub"
+    if statements:
+        result["rotations_out"] = str(rotations_out)
+        check += f" --rotations {rotations_out}"
     emit(
         args,
         result,
         lambda c: c.print(
-            f"wrote {count} entries of {source} to {args.out}; check it with "
-            f"`pool ledger verify {args.out} --key STEWARD.pub`"
+            f"wrote {count} entries of {source} to {args.out}"
+            + (
+                f" and {len(statements)} rotation statements to {rotations_out}"
+                if statements
+                else ""
+            )
+            + f"; check it with `{check}`"
         ),
     )
     return 0
@@ -730,6 +752,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     source.add_argument("--postgres", metavar="DSN", help="a PostgreSQL store (libpq DSN)")
     e.add_argument("--ledger", metavar="NAME", help="the ledger's name in PostgreSQL")
     e.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    e.add_argument(
+        "--rotations",
+        metavar="DIR",
+        help="the key rotation statements to export beside OUT, as OUT.rotations/ "
+        "(default: rotations/ beside --file; with --postgres, name the deployment's rotations/)",
+    )
     add_json(e)
     e.set_defaults(handler=_export)
 

@@ -100,6 +100,7 @@ def build_service(
                 IDLE_IN_TRANSACTION_S,
                 LOCK_TIMEOUT_S,
                 STATEMENT_TIMEOUT_S,
+                PostgresSnapshots,
                 PostgresStore,
             )
 
@@ -115,7 +116,8 @@ def build_service(
         else:
             from joulepool.stores.file import FileStore
 
-            store = FileStore(folder / LEDGER, lock=held)
+            # Deferred: a start from a snapshot scans only the entries after it (DESIGN.md §4).
+            store = FileStore(folder / LEDGER, lock=held, deferred=True)
         try:
             pool = Pool(
                 config.tree,
@@ -127,8 +129,11 @@ def build_service(
                 replay_workers=replay_workers,
                 acknowledged=marks,
                 keys=keys,
-                # State snapshots beside a ledger file (DESIGN.md §4); PostgreSQL replays.
-                snapshots=None if postgres else SnapshotFolder.beside(folder / LEDGER),
+                # State snapshots (DESIGN.md §4): beside a ledger file, or in a table beside
+                # a ledger in PostgreSQL.
+                snapshots=PostgresSnapshots(store)
+                if postgres
+                else SnapshotFolder.beside(folder / LEDGER),
                 snapshot_every=SNAPSHOT_EVERY if snapshot_every is None else snapshot_every,
                 snapshot_seconds=SNAPSHOT_SECONDS if snapshot_seconds is None else snapshot_seconds,
                 claims=None if postgres else open_index(folder / LEDGER),

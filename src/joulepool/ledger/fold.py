@@ -365,6 +365,9 @@ class StateCopy(NamedTuple):
     """None where the released claims are in the claim index, not in the snapshot."""
     evidence: dict[str, dict[str, Tally]]
     periods: dict[int, dict[str, list[int]]]
+    bounds: tuple[int, int] | None = None
+    """Where the entry before `length` lies in a ledger file (its first byte, the byte after
+    its last), so a start reads only what follows; None for other stores (DESIGN.md §4)."""
 
 
 def capture(state: LedgerState) -> StateCopy:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import cbor2
 
@@ -50,8 +50,9 @@ MAX_ENVELOPE_BYTES = 64 << 10
 KEEP = 3
 """Snapshots kept: the newest and two before it, in case the newest is damaged."""
 STATE_LAYOUT = 2
-"""The state array's layout: 2 keeps §2.6's counts and extremes per class and entitlement;
-1 (seven items, no marker) kept every released claim and is still read."""
+"""The state array's layout: 2 keeps §2.6's counts and extremes per class and entitlement
+and where its last entry lies in a ledger file; 1 (seven items, no marker) kept every
+released claim and is still read."""
 
 
 class SnapshotRefused(PoolError):
@@ -97,7 +98,18 @@ def encode_state(copy: StateCopy) -> bytes:
         None if copy.closed is None else {claim: list(pair) for claim, pair in copy.closed.items()}
     )
     usage = {ent: list(figures) for ent, figures in copy.usage.items()}
-    body = [copy.length, copy.last_at_ms, usage, open_, closed, evidence, periods, STATE_LAYOUT]
+    bounds = None if copy.bounds is None else list(copy.bounds)
+    body = [
+        copy.length,
+        copy.last_at_ms,
+        usage,
+        open_,
+        closed,
+        evidence,
+        periods,
+        STATE_LAYOUT,
+        bounds,
+    ]
     return bytes(cbor2.dumps(body))
 
 
@@ -213,14 +225,20 @@ def _tallies_of_history(v: object) -> dict[str, dict[str, Tally]]:
 
 
 def decode_state(
-    snapshot: Snapshot, tree: Tree, schedule: Schedule, claims: ClaimIndex | None = None
+    snapshot: Snapshot,
+    tree: Tree,
+    schedule: Schedule,
+    claims: ClaimIndex | None = None,
+    copy: StateCopy | None = None,
 ) -> LedgerState:
-    """The fold's state the snapshot holds, under `schedule`, or `SnapshotRefused` (§4)."""
+    """The fold's state the snapshot holds (`copy`, where it was decoded already), under
+    `schedule`, or `SnapshotRefused` (§4)."""
     if schedule.to_json() != snapshot.schedule:
         raise SnapshotRefused(
             f"it was folded under the period schedule {snapshot.schedule}, not {schedule.to_json()}"
         )
-    copy = decode_copy(snapshot)
+    if copy is None:
+        copy = decode_copy(snapshot)
     try:
         return restore(tree, schedule, copy, claims)
     except Exception as exc:  # figures inside a valid signature that no fold could leave
@@ -232,7 +250,13 @@ def decode_copy(snapshot: Snapshot) -> StateCopy:
     `SnapshotRefused` (DESIGN.md §4)."""
     try:
         body = _list(cbor2.loads(snapshot.state))
-        if len(body) == 8 and body[7] == STATE_LAYOUT:
+        bounds = None
+        if len(body) == 9 and body[7] == STATE_LAYOUT:
+            if body[8] is not None:
+                start, end = (_int(x) for x in _list(body[8], 2))
+                if start >= end:
+                    raise ValueError(f"its last entry's bytes [{start}, {end}) are empty")
+                bounds = (start, end)
             evidence = {
                 _text(cls): {_text(e): _tally(t) for e, t in _map(tallies).items()}
                 for cls, tallies in _map(body[5]).items()
@@ -284,9 +308,32 @@ def decode_copy(snapshot: Snapshot) -> StateCopy:
             closed,
             evidence,
             periods,
+            bounds,
         )
     except Exception as exc:  # hostile bytes inside a valid signature: refuse it whole
         raise SnapshotRefused(f"its state does not decode: {exc}") from None
+
+
+class Snapshots(Protocol):
+    """Where a pool keeps its state snapshots: a folder beside a ledger file, or a table
+    beside a ledger in PostgreSQL (`stores.postgres.PostgresSnapshots`)."""
+
+    @property
+    def where(self) -> str:
+        """Where they are kept, for messages."""
+        ...
+
+    def lengths(self) -> list[int]:
+        """The lengths of the kept snapshots, newest first."""
+        ...
+
+    def newest_first(self) -> Iterator[tuple[int, bytes | SnapshotRefused]]:
+        """Each kept snapshot's length and bytes (or why it cannot be read), newest first."""
+        ...
+
+    def write(self, length: int, raw: bytes, keep: int = KEEP) -> object:
+        """Keep a new snapshot durably, then drop all but the newest `keep`."""
+        ...
 
 
 class SnapshotFolder:
@@ -297,6 +344,11 @@ class SnapshotFolder:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+
+    @property
+    def where(self) -> str:
+        """Where the snapshots are kept, for messages."""
+        return str(self.folder)
 
     @classmethod
     def beside(cls, ledger: Path) -> SnapshotFolder:

@@ -171,6 +171,27 @@ class ClaimIndex:
         ).fetchone()[0]
         return int(on_disk) + len(self._pending)
 
+    def copy_to(self, path: Path, length: int) -> int:
+        """Write a consistent copy of this index to the new file `path`, cut back to the
+        ledger length `length` (a backup's) or to the length it reaches, if less (the writer
+        writes it just after each append); the length the copy covers."""
+        try:
+            copy = sqlite3.connect(path, isolation_level=None)
+            try:
+                # SQLite's online backup: one consistent state, whatever the writer does.
+                self._db.backup(copy)
+            finally:
+                copy.close()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{path}: the claim index cannot be copied: {exc}") from None
+        index = ClaimIndex(path)
+        try:
+            cut = min(index.covers, length)
+            index.rebase(cut)
+            return cut
+        finally:
+            index.close()
+
     def close(self) -> None:
         """Close the database; a temporary index is removed."""
         with contextlib.suppress(sqlite3.Error):

@@ -22,6 +22,7 @@ import bisect
 import fcntl
 import itertools
 import os
+import threading
 from array import array
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -176,7 +177,11 @@ class FileStore:
         writer: bool = True,
         create: bool = False,
         lock: LedgerLock | None = None,
+        deferred: bool = False,
     ) -> None:
+        """Open the ledger file. `deferred` reads nothing yet: the first use scans the whole
+        file, unless `resume()` was told first where a state snapshot's length ends, so a
+        start from a snapshot reads only the entries after it (DESIGN.md §4)."""
         self.path = Path(path)
         self._writer = writer
         self._fsyncs = 0
@@ -210,22 +215,79 @@ class FileStore:
             # A reader beside a running writer (`pool serve`) reads up to the last whole
             # entry: bytes after it are an append in flight, not damage (issue 16).
             self.writer_pid: int | None = None if writer else lock_holder(self._fd)
-            self._offsets, self._size, tail = self._scan()
-            self.tail = self._classified(tail)
+            # Entries before `_known_from` have offsets nobody has read yet (a start from a
+            # snapshot); `_offsets` holds those from there on, None before the first scan.
+            self._known_from = 0
+            self._offsets: array[int] | None = None
+            self._size = 0
+            self.tail: Tail | None = None
             self.in_flight: Tail | None = None
-            if self.writer_pid is not None and self.tail is not None:
-                self.in_flight, self.tail = self.tail, None
-            if writer and self.tail is not None:
-                if self.tail.torn:
-                    raise TornWrite(self.path, self.tail, len(self._offsets))
-                raise self.corruption()
+            self._scan_lock = threading.Lock()
+            if not deferred:
+                self._scan_all()
         except BaseException:
             self.close()
             raise
 
+    def _scan_all(self) -> None:
+        """Read every entry's offset from the start of the file; for a writer, refuse a torn
+        write or damage after the last whole entry (see the module's docstring)."""
+        offsets, self._size, tail = self._scan()
+        self._known_from, self._offsets = 0, offsets
+        self.tail = self._classified(tail)
+        self.in_flight = None
+        if self.writer_pid is not None and self.tail is not None:
+            self.in_flight, self.tail = self.tail, None
+        if self._writer and self.tail is not None:
+            if self.tail.torn:
+                raise TornWrite(self.path, self.tail, len(offsets))
+            raise self.corruption()
+
+    def _known(self, index: int = -1) -> array[int]:
+        """The offsets known, scanning the whole file first where they do not reach back to
+        entry `index` (or where nothing was scanned yet)."""
+        offsets = self._offsets
+        if offsets is not None and index >= self._known_from:
+            return offsets
+        if offsets is not None and index < 0:
+            return offsets
+        with self._scan_lock:
+            if self._offsets is None or 0 <= index < self._known_from:
+                self._scan_all()
+            assert self._offsets is not None
+            return self._offsets
+
+    def resume(self, length: int, start: int, end: int, head: bytes) -> bool:
+        """Before the first use: the entry `length - 1`, whose content address is `head`, is
+        said to lie at bytes [start, end) (a state snapshot's record of where its length
+        ends, DESIGN.md §4). If those bytes are exactly that entry (its address is `head`, so
+        by the hash chain everything before it is what the snapshot folded) and everything
+        after `end` is whole entries, only those are scanned, and earlier offsets are read
+        when first asked for. Otherwise nothing is taken from the hint, and the next use
+        scans the whole file: a wrong hint costs time, never a wrong entry."""
+        if self._offsets is not None or length < 1 or not 0 <= start < end:
+            return False
+        size = os.fstat(self._fd).st_size
+        if end > size or end - start > MAX_ENTRY_BYTES:
+            return False
+        raw = os.pread(self._fd, end - start, start)
+        found, tail = split(raw)
+        if found != [0] or tail is not None or content_address(raw) != head:
+            return False
+        offsets, tail_size, tail = self._scan(end)
+        if tail is not None:
+            return False  # torn, damaged or in flight: the full scan says which
+        offsets.insert(0, start)
+        self._known_from, self._offsets, self._size = length - 1, offsets, tail_size
+        return True
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        """Where entry `index` lies: its first byte and the byte after its last."""
+        return self.offset(index), self._end(index)
+
     def corruption(self) -> CorruptLedger:
         """The refusal for a tail that is not a torn write, naming its entry and offset."""
-        tail, index = self.tail, len(self._offsets)
+        tail, index = self.tail, len(self)
         assert tail is not None
         assert not tail.torn
         return CorruptLedger(
@@ -245,7 +307,7 @@ class FileStore:
         longest = self._longest_entry()
         data = os.pread(self._fd, min(tail.length, longest + 1), tail.offset)
         acknowledged = self._high.point.length if self._high is not None else None
-        reason = not_torn(data, longest, len(self._offsets), acknowledged, tail.length)
+        reason = not_torn(data, longest, len(self._known()), acknowledged, tail.length)
         if reason is None:
             return tail
         return Tail(tail.offset, tail.length, False, reason)
@@ -253,14 +315,16 @@ class FileStore:
     def _longest_entry(self) -> int:
         """The longest entry this ledger could hold: what joulepool seals, or longer where
         the file already holds a longer entry (one sealed by an older or another writer)."""
-        offsets = self._offsets
+        offsets = self._known()
         ends = itertools.chain(offsets[1:], (self._size,))
         return max(LONGEST_SEALED, max(map(int.__sub__, ends, offsets), default=0))
 
-    def _scan(self) -> tuple[array[int], int, Tail | None]:
+    def _scan(self, base: int = 0) -> tuple[array[int], int, Tail | None]:
+        """Offsets of the whole entries from byte `base` on, where they end, and what
+        follows them (None: nothing)."""
         offsets: array[int] = array("Q")
         size = os.fstat(self._fd).st_size
-        base = 0  # the file offset of buf[0]
+        # `base`: the file offset of buf[0]
         buf = b""
         while True:
             chunk = os.pread(self._fd, CHUNK, base + len(buf))
@@ -290,10 +354,11 @@ class FileStore:
     @property
     def size(self) -> int:
         """Bytes of whole entries."""
+        self._known()
         return self._size
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return self._known_from + len(self._known())
 
     @property
     def name(self) -> str:
@@ -316,34 +381,39 @@ class FileStore:
 
     def offset(self, index: int) -> int:
         """Byte offset of entry `index`."""
-        return int(self._offsets[index])
+        return int(self._known(index)[index - self._known_from])
 
     def _end(self, index: int) -> int:
-        return int(self._offsets[index + 1]) if index + 1 < len(self._offsets) else self._size
+        offsets = self._known(index)
+        local = index - self._known_from + 1
+        return int(offsets[local]) if local < len(offsets) else self._size
 
     def entry(self, index: int) -> bytes:
         """One entry, as stored."""
-        if not 0 <= index < len(self._offsets):
-            raise StoreError(f"{self.path}: no entry {index}; the ledger has {len(self._offsets)}")
-        start = int(self._offsets[index])
+        count = len(self)
+        if not 0 <= index < count:
+            raise StoreError(f"{self.path}: no entry {index}; the ledger has {count}")
+        start = self.offset(index)
         return os.pread(self._fd, self._end(index) - start, start)
 
     def entries(self, start: int = 0) -> Iterator[bytes]:
         """Every whole entry from index `start`, read in large chunks."""
-        count = len(self._offsets)
-        i = start
+        offsets = self._known(start)
+        # Indices into `offsets`: a scan of the whole file since replaces it, never mid-way.
+        known_from = self._known_from
+        i, count = start - known_from, len(offsets)
         while i < count:
-            first = int(self._offsets[i])
+            first = int(offsets[i])
             # Gather entries up to one chunk's worth, then slice them out of one read: those
             # whose next entry starts within the chunk, and the last if the file ends in it.
             limit = first + CHUNK
-            j = bisect.bisect_right(self._offsets, limit, i + 1) - 1
+            j = bisect.bisect_right(offsets, limit, i + 1) - 1
             if j == count - 1 and self._size <= limit:
                 j = count
             j = max(j, i + 1)
-            last = self._end(j - 1)
+            last = int(offsets[j]) if j < count else self._size
             buf = os.pread(self._fd, last - first, first)
-            bounds = [o - first for o in self._offsets[i:j]]
+            bounds = [o - first for o in offsets[i:j]]
             bounds.append(last - first)
             for a, b in itertools.pairwise(bounds):
                 yield buf[a:b]
@@ -358,7 +428,7 @@ class FileStore:
 
     def unseen(self, known: int) -> list[bytes]:
         """Nothing: the lock makes this the only writer."""
-        return list(self.entries(known)) if known < len(self._offsets) else []
+        return list(self.entries(known)) if known < len(self) else []
 
     def append(self, raws: Sequence[bytes]) -> None:
         """Write `raws` at the end and fsync them before returning (§6.1).
@@ -370,6 +440,7 @@ class FileStore:
             raise StoreError(f"{self.path} was opened read-only")
         if not raws:
             return
+        offsets = self._known()
         data = b"".join(raws)
         try:
             write_durably(self._fd, data, self._size)
@@ -386,7 +457,7 @@ class FileStore:
             raise StoreError(
                 f"{self.path}: append failed ({exc.strerror}); nothing was written"
             ) from None
-        point = HighWater(len(self._offsets) + len(raws), content_address(raws[-1]))
+        point = HighWater(len(self) + len(raws), content_address(raws[-1]))
         try:
             if self._high is None:
                 self._high = HighWaterFile.create(record_path(self.path), point)
@@ -401,7 +472,7 @@ class FileStore:
         self._full = None
         pos = self._size
         for raw in raws:
-            self._offsets.append(pos)
+            offsets.append(pos)
             pos += len(raw)
         self._size = pos
 

@@ -58,6 +58,7 @@ from psycopg import conninfo
 from joulepool.errors import StoreError
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.rollback import HighWater
+from joulepool.ledger.snapshot import KEEP, MAX_SNAPSHOT_BYTES, SnapshotRefused
 from joulepool.stores import PG_IDLE_IN_TRANSACTION_S, PG_LOCK_TIMEOUT_S, PG_STATEMENT_TIMEOUT_S
 
 TABLE = "pool_ledger_entries"
@@ -114,6 +115,32 @@ _HAS_ALL_TABLES: LiteralString = (
     "SELECT to_regclass('pool_ledger_entries') IS NOT NULL"
     " AND to_regclass('pool_ledger_high_water') IS NOT NULL"
     " AND to_regclass('pool_ledger_config') IS NOT NULL"
+    " AND to_regclass('pool_ledger_snapshots') IS NOT NULL"
+)
+# State snapshots (DESIGN.md §4): a cache of the fold, signed like a ledger entry, so any
+# replica may write one and every replica checks one before it starts from it.
+_SNAPSHOT_SCHEMA: LiteralString = """
+CREATE TABLE IF NOT EXISTS pool_ledger_snapshots (
+    ledger text NOT NULL,
+    length bigint NOT NULL CHECK (length >= 0),
+    snapshot bytea NOT NULL,
+    PRIMARY KEY (ledger, length)
+)
+"""
+_SNAPSHOT_LENGTHS: LiteralString = (
+    "SELECT length FROM pool_ledger_snapshots WHERE ledger = %s ORDER BY length DESC"
+)
+_SNAPSHOT_READ: LiteralString = (
+    "SELECT snapshot FROM pool_ledger_snapshots WHERE ledger = %s AND length = %s"
+)
+_SNAPSHOT_WRITE: LiteralString = (
+    "INSERT INTO pool_ledger_snapshots (ledger, length, snapshot) VALUES (%s, %s, %s)"
+    " ON CONFLICT (ledger, length) DO NOTHING"
+)
+_SNAPSHOT_PRUNE: LiteralString = (
+    "DELETE FROM pool_ledger_snapshots WHERE ledger = %s AND length NOT IN"
+    " (SELECT length FROM pool_ledger_snapshots WHERE ledger = %s"
+    " ORDER BY length DESC LIMIT %s)"
 )
 _CONFIG_SCHEMA: LiteralString = """
 CREATE TABLE IF NOT EXISTS pool_ledger_config (
@@ -858,6 +885,7 @@ class PostgresStore:
                         conn.execute(_SCHEMA)
                         conn.execute(_HIGH_WATER_SCHEMA)
                         conn.execute(_CONFIG_SCHEMA)
+                        conn.execute(_SNAPSHOT_SCHEMA)
                     return
                 except psycopg.Error as exc:
                     if _lost(conn):
@@ -1103,3 +1131,56 @@ class PostgresStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PostgresSnapshots:
+    """The state snapshots of a ledger in PostgreSQL, in a table beside its entries
+    (DESIGN.md §4): what `ledger.snapshot.SnapshotFolder` is beside a ledger file.
+
+    A snapshot is a cache, signed by the steward: whichever replica seals one writes it
+    (the first at a length stays), and a start checks it like any other before trusting it.
+    Writes run on a connection of their own, so the commit path never waits on one.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+
+    @property
+    def where(self) -> str:
+        """Where they are kept, for messages."""
+        return f"table pool_ledger_snapshots of ledger {self.store.ledger!r} at {self.store.where}"
+
+    def lengths(self) -> list[int]:
+        """The lengths of the kept snapshots, newest first."""
+        rows = self.store._read_rows("listing snapshots", _SNAPSHOT_LENGTHS, (self.store.ledger,))
+        return [int(row[0]) for row in rows]
+
+    def newest_first(self) -> Iterator[tuple[int, bytes | SnapshotRefused]]:
+        """Each kept snapshot's length and bytes (or why it cannot be read), newest first."""
+        for length in self.lengths():
+            try:
+                rows = self.store._read_rows(
+                    "reading a snapshot", _SNAPSHOT_READ, (self.store.ledger, length)
+                )
+            except StoreError as exc:
+                yield length, SnapshotRefused(f"cannot be read: {exc}")
+                continue
+            if rows:  # pruned by another replica meanwhile: nothing to say about it
+                yield length, bytes(rows[0][0])
+
+    def write(self, length: int, raw: bytes, keep: int = KEEP) -> None:
+        """Keep a new snapshot (committed before this returns), then drop all but the
+        newest `keep`."""
+        if len(raw) > MAX_SNAPSHOT_BYTES:
+            raise StoreError(f"a snapshot of {len(raw)} bytes is larger than any kept")
+        conn = self.store._connect()
+        try:
+            with conn.transaction():
+                conn.execute(_SNAPSHOT_WRITE, (self.store.ledger, length, raw))
+                conn.execute(_SNAPSHOT_PRUNE, (self.store.ledger, self.store.ledger, keep))
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"{self.store.where}: writing a snapshot failed: {_reason(exc)}"
+            ) from None
+        finally:
+            conn.close()
