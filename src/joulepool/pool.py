@@ -48,7 +48,7 @@ from joulepool.ledger.snapshot import (
 )
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
-from joulepool.stores.claim_index import ClaimIndex, open_index
+from joulepool.stores.claim_index import ReleasedClaims, open_index
 from joulepool.tree import EntitlementUsage, Tree
 
 log = logging.getLogger("joulepool.pool")
@@ -169,7 +169,7 @@ class Pool:
         snapshots: Snapshots | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
         snapshot_seconds: float = SNAPSHOT_SECONDS,
-        claims: ClaimIndex | None = None,
+        claims: ReleasedClaims | None = None,
     ) -> None:
         # A reader (`pool usage` beside `pool serve`) seals nothing, so needs no secret.
         if key.seed is None and not read_only:

@@ -73,6 +73,24 @@ def test_design_s4_postgres_snapshots_bound_a_restart_and_a_damaged_one_is_skipp
         ready, charged = readiness(again, d)
         assert (ready["length"], ready["started_from"], charged) == (18, kept[0], 9 * (MJ // 2))
         traffic(again, d, 9, 1)  # it goes on deciding from the restored state
+        # §6.4 across the restart: an id released before the snapshot is found in the
+        # ledger's unique claim table, not in any replica's memory.
+        with again.client(d.operator) as ops:
+            reused = {
+                "id": "job-0",
+                "entitlement": "vision",
+                "gang_size": 1,
+                "devices_per_member": 1,
+                "estimate": {"uj": MJ, "grade": "HwShunt"},
+            }
+            refused = ops.post("/v1/claims", json=reused)
+        assert (refused.status_code, refused.json()["error"]) == (409, "claim_exists")
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*), max(released) FROM pool_ledger_claims WHERE ledger = %s",
+                (pg_ledger,),
+            ).fetchone()
+        assert row == (10, 19)
     finally:
         again.kill()
     # A flipped byte in the newest snapshot's row: skipped as a whole, the next one used.

@@ -100,6 +100,7 @@ def build_service(
                 IDLE_IN_TRANSACTION_S,
                 LOCK_TIMEOUT_S,
                 STATEMENT_TIMEOUT_S,
+                PostgresClaimIndex,
                 PostgresSnapshots,
                 PostgresStore,
             )
@@ -136,7 +137,7 @@ def build_service(
                 else SnapshotFolder.beside(folder / LEDGER),
                 snapshot_every=SNAPSHOT_EVERY if snapshot_every is None else snapshot_every,
                 snapshot_seconds=SNAPSHOT_SECONDS if snapshot_seconds is None else snapshot_seconds,
-                claims=None if postgres else open_index(folder / LEDGER),
+                claims=PostgresClaimIndex(store) if postgres else open_index(folder / LEDGER),
             )
         except BaseException:
             store.close()

@@ -26,7 +26,7 @@ from joulepool.periods import NONE, Period, Schedule
 from joulepool.tree import EntitlementUsage, Tree, Usage
 
 if TYPE_CHECKING:
-    from joulepool.stores.claim_index import ClaimIndex
+    from joulepool.stores.claim_index import ReleasedClaims
 
 INCONSISTENT = "inconsistent_stream"
 
@@ -79,7 +79,7 @@ class LedgerState:
     )
 
     def __init__(
-        self, tree: Tree, schedule: Schedule = NONE, claims: ClaimIndex | None = None
+        self, tree: Tree, schedule: Schedule = NONE, claims: ReleasedClaims | None = None
     ) -> None:
         self.schedule = schedule
         # All time: what `replay` reports, and the devices and running claims of every period.
@@ -95,7 +95,9 @@ class LedgerState:
         self._open: dict[str, tuple[Admitted, int]] = {}
         # Released claims: what grows with history, so on disk where a store gives an
         # index (`stores.claim_index`), in memory otherwise (§6.4).
-        self._closed: dict[str, tuple[int, int]] | ClaimIndex = claims if claims is not None else {}
+        self._closed: dict[str, tuple[int, int]] | ReleasedClaims = (
+            claims if claims is not None else {}
+        )
         # class -> entitlement -> what §2.6 derives from: counts and extremes, bounded by
         # classes x entitlements however many claims are released.
         self._evidence: dict[str, dict[str, Tally]] = {}
@@ -214,7 +216,7 @@ class LedgerState:
         if not isinstance(self._closed, dict):
             self._closed.flush(self._length)
 
-    def keep_released_in(self, claims: ClaimIndex) -> None:
+    def keep_released_in(self, claims: ReleasedClaims) -> None:
         """Hold the released claims in `claims` instead of the heap: an index already holding
         exactly these (a replay of the same ledger under another period schedule, whose
         released claims are the same; §6.4). Raises `ValueError` when it does not."""
@@ -228,7 +230,7 @@ class LedgerState:
         self._closed = claims
 
     @property
-    def claims(self) -> ClaimIndex | None:
+    def claims(self) -> ReleasedClaims | None:
         """The on-disk index of released claims, where the fold keeps them there."""
         return None if isinstance(self._closed, dict) else self._closed
 
@@ -389,7 +391,7 @@ def capture(state: LedgerState) -> StateCopy:
 
 
 def restore(
-    tree: Tree, schedule: Schedule, copy: StateCopy, claims: ClaimIndex | None = None
+    tree: Tree, schedule: Schedule, copy: StateCopy, claims: ReleasedClaims | None = None
 ) -> LedgerState:
     """A `LedgerState` holding exactly `copy`, to fold a ledger's tail onto (DESIGN.md §4).
 

@@ -40,7 +40,7 @@ from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import NONE, Schedule
-from joulepool.stores.claim_index import ClaimIndex
+from joulepool.stores.claim_index import ReleasedClaims
 from joulepool.tree import Tree
 
 BATCH = 512
@@ -103,7 +103,7 @@ class Replayer:
         public_key: bytes | KeySchedule,
         tree: Tree | None = None,
         schedule: Schedule = NONE,
-        claims: ClaimIndex | None = None,
+        claims: ReleasedClaims | None = None,
     ) -> None:
         self.steward = steward
         # One key, or the steward's keys over time (DESIGN.md §4, key rotation).
@@ -169,7 +169,7 @@ def replay(
     progress: Callable[[int], None] | None = None,
     start: tuple[LedgerState, bytes] | None = None,
     stops: Mapping[int, Callable[[Replayer], None]] | None = None,
-    claims: ClaimIndex | None = None,
+    claims: ReleasedClaims | None = None,
 ) -> Replayer:
     """Verify every entry and fold the ledger into usage (§6.1, §6.4, §6.5).
 

@@ -37,7 +37,7 @@ from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.sequence import split
 from joulepool.periods import Schedule
-from joulepool.stores.claim_index import ClaimIndex
+from joulepool.stores.claim_index import ReleasedClaims
 from joulepool.tree import Tree
 
 SNAPSHOT_VERSION = 1
@@ -228,7 +228,7 @@ def decode_state(
     snapshot: Snapshot,
     tree: Tree,
     schedule: Schedule,
-    claims: ClaimIndex | None = None,
+    claims: ReleasedClaims | None = None,
     copy: StateCopy | None = None,
 ) -> LedgerState:
     """The fold's state the snapshot holds (`copy`, where it was decoded already), under

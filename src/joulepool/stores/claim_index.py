@@ -37,10 +37,104 @@ def index_path(ledger: Path) -> Path:
     return ledger.with_name(ledger.name + ".claims")
 
 
-class ClaimIndex:
-    """Released claims (claim id -> admitted seq, released seq), on disk (§6.4)."""
+class ReleasedClaims:
+    """Released claims (claim id -> admitted seq, released seq) off the heap (§6.4): rows
+    buffered in memory until `flush` writes them with the length they cover, and only rows
+    released below `base` (the length the fold stands on) trusted. Subclasses keep them."""
+
+    read_only: bool
+    where: str
+
+    def __init__(self) -> None:
+        self._pending: dict[str, tuple[int, int]] = {}
+        self.base = 0
+        self._batch = False
+
+    @property
+    def covers(self) -> int:
+        """The ledger length the stored rows were written through (0 for a new index)."""
+        raise NotImplementedError
+
+    def rebase(self, length: int) -> bool:
+        """Trust the rows below `length` only, the length the fold starts from. False
+        (nothing changed) when the index does not reach `length`."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Start again from nothing, for a replay from entry 0."""
+        raise NotImplementedError
+
+    def _row(self, claim: str) -> tuple[int, int] | None:
+        raise NotImplementedError
+
+    def _write(self, rows: list[tuple[str, int, int]], length: int) -> None:
+        """Store `rows` and the length they cover in one transaction, or raise."""
+        raise NotImplementedError
+
+    def _stored(self) -> Iterator[tuple[str, int, int]]:
+        raise NotImplementedError
+
+    def _count(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Let go of what holds the rows."""
+        raise NotImplementedError
+
+    def __contains__(self, claim: object) -> bool:
+        if claim in self._pending:
+            return True
+        return isinstance(claim, str) and self._row(claim) is not None
+
+    def get(self, claim: str) -> tuple[int, int] | None:
+        """A released claim's (admitted seq, released seq), or None."""
+        found = self._pending.get(claim)
+        return found if found is not None else self._row(claim)
+
+    def __setitem__(self, claim: str, seqs: tuple[int, int]) -> None:
+        self._pending[claim] = seqs
+        if not self._batch and len(self._pending) >= FLUSH_EVERY and not self.read_only:
+            self.flush(seqs[1] + 1)
+
+    def __delitem__(self, claim: str) -> None:
+        # Only a batch being taken back deletes, and its rows were never written.
+        del self._pending[claim]
+
+    def begin(self) -> None:
+        """A group commit starts: its rows wait for `flush` or are dropped by `__delitem__`."""
+        self._batch = True
+
+    def flush(self, length: int) -> None:
+        """Write the buffered rows and the length they cover, in one transaction."""
+        self._batch = False
+        if self.read_only:
+            return  # a reader keeps its tail's rows in memory
+        rows = [(c, a, r) for c, (a, r) in self._pending.items()]
+        try:
+            self._write(rows, length)
+        except StoreError as exc:
+            # The ledger's entries are durable already: the rows stay buffered and go with
+            # the next commit. A restart finds the index behind and rebuilds it (a cache).
+            log.error("%s: the claim index could not be written: %s", self.where, exc)
+            return
+        self._pending.clear()
+        self.base = length
+
+    def items(self) -> Iterator[tuple[str, tuple[int, int]]]:
+        """Every released claim the index trusts, stored and buffered."""
+        for claim, a, r in self._stored():
+            yield claim, (a, r)
+        yield from self._pending.items()
+
+    def __len__(self) -> int:
+        return self._count() + len(self._pending)
+
+
+class ClaimIndex(ReleasedClaims):
+    """Released claims in an SQLite file beside a ledger file (§6.4)."""
 
     def __init__(self, path: Path | None = None, *, read_only: bool = False) -> None:
+        super().__init__()
         self._temporary = path is None
         if path is None:
             # A full verification's bounded-memory duplicate check: a private file, removed
@@ -49,6 +143,7 @@ class ClaimIndex:
             os.close(fd)
             path = Path(name)
         self.path = path
+        self.where = str(path)
         self.read_only = read_only
         try:
             if read_only:
@@ -68,9 +163,6 @@ class ClaimIndex:
                     self._db.execute("INSERT INTO covers VALUES (0)")
         except sqlite3.Error as exc:
             raise StoreError(f"{path}: the claim index cannot be opened: {exc}") from None
-        self._pending: dict[str, tuple[int, int]] = {}
-        self.base = 0
-        self._batch = False
 
     @property
     def covers(self) -> int:
@@ -112,35 +204,7 @@ class ClaimIndex:
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]))
 
-    def __contains__(self, claim: object) -> bool:
-        if claim in self._pending:
-            return True
-        return isinstance(claim, str) and self._row(claim) is not None
-
-    def get(self, claim: str) -> tuple[int, int] | None:
-        """A released claim's (admitted seq, released seq), or None."""
-        found = self._pending.get(claim)
-        return found if found is not None else self._row(claim)
-
-    def __setitem__(self, claim: str, seqs: tuple[int, int]) -> None:
-        self._pending[claim] = seqs
-        if not self._batch and len(self._pending) >= FLUSH_EVERY and not self.read_only:
-            self.flush(seqs[1] + 1)
-
-    def __delitem__(self, claim: str) -> None:
-        # Only a batch being taken back deletes, and its rows were never written.
-        del self._pending[claim]
-
-    def begin(self) -> None:
-        """A group commit starts: its rows wait for `flush` or are dropped by `__delitem__`."""
-        self._batch = True
-
-    def flush(self, length: int) -> None:
-        """Write the buffered rows and the length they cover, in one transaction."""
-        self._batch = False
-        if self.read_only:
-            return  # a reader keeps its tail's rows in memory
-        rows = [(c, a, r) for c, (a, r) in self._pending.items()]
+    def _write(self, rows: list[tuple[str, int, int]], length: int) -> None:
         try:
             self._db.execute("BEGIN")
             self._db.executemany("INSERT INTO released VALUES (?, ?, ?)", rows)
@@ -149,27 +213,20 @@ class ClaimIndex:
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
-            # The ledger's entries are durable already: the rows stay buffered and go with
-            # the next commit. A restart finds the index behind and rebuilds it (a cache).
-            log.error("%s: the claim index could not be written: %s", self.path, exc)
-            return
-        self._pending.clear()
-        self.base = length
+            raise StoreError(str(exc)) from None
 
-    def items(self) -> Iterator[tuple[str, tuple[int, int]]]:
-        """Every released claim the index trusts, on disk and buffered."""
+    def _stored(self) -> Iterator[tuple[str, int, int]]:
         for claim, a, r in self._db.execute(
             "SELECT claim, admitted, released FROM released WHERE released < ? ORDER BY claim",
             (self.base,),
         ):
-            yield str(claim), (int(a), int(r))
-        yield from self._pending.items()
+            yield str(claim), int(a), int(r)
 
-    def __len__(self) -> int:
-        on_disk = self._db.execute(
+    def _count(self) -> int:
+        row = self._db.execute(
             "SELECT count(*) FROM released WHERE released < ?", (self.base,)
-        ).fetchone()[0]
-        return int(on_disk) + len(self._pending)
+        ).fetchone()
+        return int(row[0])
 
     def copy_to(self, path: Path, length: int) -> int:
         """Write a consistent copy of this index to the new file `path`, cut back to the

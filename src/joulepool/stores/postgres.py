@@ -60,6 +60,7 @@ from joulepool.ledger.cose import content_address
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.snapshot import KEEP, MAX_SNAPSHOT_BYTES, SnapshotRefused
 from joulepool.stores import PG_IDLE_IN_TRANSACTION_S, PG_LOCK_TIMEOUT_S, PG_STATEMENT_TIMEOUT_S
+from joulepool.stores.claim_index import ReleasedClaims
 
 TABLE = "pool_ledger_entries"
 HIGH_WATER_TABLE = "pool_ledger_high_water"
@@ -116,6 +117,45 @@ _HAS_ALL_TABLES: LiteralString = (
     " AND to_regclass('pool_ledger_high_water') IS NOT NULL"
     " AND to_regclass('pool_ledger_config') IS NOT NULL"
     " AND to_regclass('pool_ledger_snapshots') IS NOT NULL"
+    " AND to_regclass('pool_ledger_claims') IS NOT NULL"
+)
+# Released claims (§6.4's duplicate check, issue 16), off every replica's heap: one row per
+# claim id, unique per ledger; `covers` the longest length any replica wrote them through.
+_CLAIMS_SCHEMA: LiteralString = """
+CREATE TABLE IF NOT EXISTS pool_ledger_claims (
+    ledger text NOT NULL,
+    claim text NOT NULL,
+    admitted bigint NOT NULL CHECK (admitted >= 0),
+    released bigint NOT NULL CHECK (released > admitted),
+    PRIMARY KEY (ledger, claim)
+);
+CREATE TABLE IF NOT EXISTS pool_ledger_claims_covers (
+    ledger text PRIMARY KEY,
+    length bigint NOT NULL CHECK (length >= 0)
+)
+"""
+_CLAIM_ROW: LiteralString = (
+    "SELECT admitted, released FROM pool_ledger_claims"
+    " WHERE ledger = %s AND claim = %s AND released < %s"
+)
+_CLAIM_WRITE: LiteralString = (
+    "INSERT INTO pool_ledger_claims (ledger, claim, admitted, released) VALUES (%s, %s, %s, %s)"
+    " ON CONFLICT (ledger, claim) DO UPDATE"
+    " SET admitted = excluded.admitted, released = excluded.released"
+)
+_CLAIMS_COVER: LiteralString = (
+    "INSERT INTO pool_ledger_claims_covers (ledger, length) VALUES (%s, %s)"
+    " ON CONFLICT (ledger) DO UPDATE"
+    " SET length = GREATEST(pool_ledger_claims_covers.length, excluded.length)"
+)
+_CLAIMS_COVERS: LiteralString = "SELECT length FROM pool_ledger_claims_covers WHERE ledger = %s"
+_CLAIMS_PAST: LiteralString = "DELETE FROM pool_ledger_claims WHERE ledger = %s AND released >= %s"
+_CLAIMS_STORED: LiteralString = (
+    "SELECT claim, admitted, released FROM pool_ledger_claims"
+    " WHERE ledger = %s AND released < %s ORDER BY claim"
+)
+_CLAIMS_COUNT: LiteralString = (
+    "SELECT count(*) FROM pool_ledger_claims WHERE ledger = %s AND released < %s"
 )
 # State snapshots (DESIGN.md §4): a cache of the fold, signed like a ledger entry, so any
 # replica may write one and every replica checks one before it starts from it.
@@ -886,6 +926,7 @@ class PostgresStore:
                         conn.execute(_HIGH_WATER_SCHEMA)
                         conn.execute(_CONFIG_SCHEMA)
                         conn.execute(_SNAPSHOT_SCHEMA)
+                        conn.execute(_CLAIMS_SCHEMA)
                     return
                 except psycopg.Error as exc:
                     if _lost(conn):
@@ -1184,3 +1225,103 @@ class PostgresSnapshots:
             ) from None
         finally:
             conn.close()
+
+
+class PostgresClaimIndex(ReleasedClaims):
+    """Released claims of a ledger in PostgreSQL, in a table with a unique key per claim id
+    (§6.4, issue 16): what `stores.claim_index.ClaimIndex` is beside a ledger file.
+
+    Every replica folds the same ledger, so the rows are facts about it, the same whoever
+    writes them; each replica trusts only rows released below the length it folded
+    (`base`), so a replica never reads another's future. Rows are never deleted while
+    replicas run, except rows past the ledger's end (a history an operator accepted losing).
+    On a connection of its own: it is read inside the fold, beside the store's own work.
+    """
+
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__()
+        self.store = store
+        self.read_only = False
+        self.where = f"table pool_ledger_claims of ledger {store.ledger!r} at {store.where}"
+        self._conn: _Conn | None = None
+        self._lock = threading.Lock()
+
+    def _query(self, doing: str, query: LiteralString, params: Sequence[Any]) -> list[Any]:
+        with self._lock:
+            for attempt in (1, 2):
+                if self._conn is None or self._conn.closed:
+                    self._conn = self.store._connect()
+                try:
+                    cur = self._conn.execute(query, params)
+                    return cur.fetchall() if cur.description is not None else []
+                except psycopg.Error as exc:
+                    if _lost(self._conn) and attempt == 1:
+                        self._conn = None
+                        continue
+                    raise self.store._refusal(doing, exc, "nothing was changed") from None
+        raise AssertionError("unreachable")
+
+    @property
+    def covers(self) -> int:
+        """The longest ledger length any replica wrote the rows through (0: none yet)."""
+        rows = self._query("reading the claim index", _CLAIMS_COVERS, (self.store.ledger,))
+        return int(rows[0][0]) if rows else 0
+
+    def _forget_past_the_end(self) -> None:
+        # Rows past the ledger's end belong to entries it no longer has (a loss accepted
+        # by an operator): no replica can have folded them, so none relies on them.
+        self._query("cutting the claim index", _CLAIMS_PAST, (self.store.ledger, len(self.store)))
+
+    def rebase(self, length: int) -> bool:
+        """Trust rows released below `length`, the length this replica's fold starts from."""
+        if self.covers < length:
+            return False
+        self._forget_past_the_end()
+        self.base = length
+        return True
+
+    def reset(self) -> None:
+        """A replay from entry 0: it rewrites each row as it folds; other replicas' rows stay."""
+        self._forget_past_the_end()
+        self._pending.clear()
+        self.base = 0
+
+    def _row(self, claim: str) -> tuple[int, int] | None:
+        rows = self._query(
+            "reading the claim index", _CLAIM_ROW, (self.store.ledger, claim, self.base)
+        )
+        return None if not rows else (int(rows[0][0]), int(rows[0][1]))
+
+    def _write(self, rows: list[tuple[str, int, int]], length: int) -> None:
+        ledger = self.store.ledger
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = self.store._connect()
+            conn = self._conn
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(_CLAIM_WRITE, [(ledger, c, a, r) for c, a, r in rows])
+                    cur.execute(_CLAIMS_COVER, (ledger, length))
+            except psycopg.Error as exc:
+                if _lost(conn):
+                    self._conn = None
+                raise StoreError(f"{self.where}: {_reason(exc)}") from None
+
+    def _stored(self) -> Iterator[tuple[str, int, int]]:
+        rows = self._query(
+            "reading the claim index", _CLAIMS_STORED, (self.store.ledger, self.base)
+        )
+        for claim, a, r in rows:
+            yield str(claim), int(a), int(r)
+
+    def _count(self) -> int:
+        rows = self._query("reading the claim index", _CLAIMS_COUNT, (self.store.ledger, self.base))
+        return int(rows[0][0])
+
+    def close(self) -> None:
+        """Close its connection."""
+        with self._lock:
+            if self._conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
+                self._conn = None
