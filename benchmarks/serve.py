@@ -37,6 +37,9 @@ from tests.servers import Deployment, free_port, start_serve
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "64"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+SNAPSHOT_EVERY = int(os.environ.get("BENCH_SNAPSHOT_EVERY", "1000"))
+"""Issue 16: the same load with a state snapshot sealed every this many entries, so
+several are written during each round; `p99_snapshotting_ratio` compares the tails."""
 TREE = """
 [pool]
 steward = "steward"
@@ -223,10 +226,12 @@ def main() -> None:
         return
     result: dict[str, Any] = {"clients": CLIENTS, "seconds": SECONDS, "rounds": ROUNDS}
     with tempfile.TemporaryDirectory() as tmp:
-        bare, files = [], []
+        bare, files, snapping = [], [], []
         for n in range(ROUNDS):
             bare.append(run_bare())
             files.append(run((), Path(tmp) / f"file-{n}"))
+            every = ("--snapshot-every", str(SNAPSHOT_EVERY))
+            snapping.append(run(every, Path(tmp) / f"snap-{n}"))
         ratios = [
             f["admissions_per_s"] / b["admissions_per_s"] for f, b in zip(files, bare, strict=True)
         ]
@@ -236,6 +241,13 @@ def main() -> None:
         result["bare_per_s"] = round(statistics.median(b["admissions_per_s"] for b in bare))
         result["file"] = files[sorted(range(ROUNDS), key=lambda i: ratios[i])[ROUNDS // 2]]
         result["ratio_to_bare"] = round(statistics.median(ratios), 3)
+        p99_ratios = [
+            s["p99_ms"] / f["p99_ms"] for s, f in zip(snapping, files, strict=True) if f["p99_ms"]
+        ]
+        result["snapshot_every"] = SNAPSHOT_EVERY
+        result["snapshot_rounds"] = snapping
+        result["p99_snapshotting_ratio_rounds"] = [round(r, 3) for r in p99_ratios]
+        result["p99_snapshotting_ratio"] = round(statistics.median(p99_ratios), 3)
         dsn = os.environ.get("BENCH_POSTGRES_DSN")
         if dsn is not None:
             result["postgres"] = run(("--postgres", dsn), Path(tmp) / "pgd")

@@ -250,3 +250,49 @@ def test_design_s4_a_resumed_writer_still_refuses_damage_after_the_last_entry(
         assert info.value.index == 5
     finally:
         store.close()
+
+
+def test_design_s4_the_past_read_while_appends_go_on_loses_no_offset(tmp_path: Path) -> None:
+    """The offsets before a snapshot are read in the request that first needs them, while
+    the writer appends: each append lands once, after the past, whatever the interleaving."""
+    import threading
+
+    path = tmp_path / "ledger.cbor"
+    many = [entry(i, 2000) for i in range(3000)]  # ~6 MB: the past takes a while to read
+    with create(path) as store:
+        store.append(many)
+        start, end = store.bounds(2999)
+    later = [entry(3000 + i) for i in range(400)]
+    with FileStore(path, deferred=True) as again:
+        assert again.resume(3000, start, end, content_address(many[2999]))
+
+        def appender() -> None:
+            for i in range(0, 400, 4):
+                again.append(later[i : i + 4])
+
+        thread = threading.Thread(target=appender)
+        thread.start()
+        assert again.entry(5) == many[5]  # reads the past meanwhile
+        seen = list(again.entries(2990))
+        thread.join()
+        assert seen == [*many[2990:], *later[: len(seen) - 10]]
+        assert list(again.entries()) == [*many, *later]
+        assert len(again) == 3400
+
+
+def test_design_s4_a_past_that_changed_under_a_snapshot_is_damage_not_a_guess(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.cbor"
+    many = [entry(i) for i in range(30)]
+    with create(path) as store:
+        store.append(many)
+        start, end = store.bounds(19)
+    data = bytearray(path.read_bytes())
+    data[len(many[0])] ^= 0xFF  # entry 1 no longer starts as an entry
+    path.write_bytes(bytes(data))
+    with FileStore(path, writer=False, deferred=True) as again:
+        assert again.resume(20, start, end, content_address(many[19]))
+        assert list(again.entries(20)) == many[20:]
+        with pytest.raises(CorruptLedger, match="are not 19 whole entries"):
+            again.entry(1)

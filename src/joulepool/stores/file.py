@@ -215,14 +215,16 @@ class FileStore:
             # A reader beside a running writer (`pool serve`) reads up to the last whole
             # entry: bytes after it are an append in flight, not damage (issue 16).
             self.writer_pid: int | None = None if writer else lock_holder(self._fd)
-            # Entries before `_known_from` have offsets nobody has read yet (a start from a
-            # snapshot); `_offsets` holds those from there on, None before the first scan.
-            self._known_from = 0
-            self._offsets: array[int] | None = None
+            # (first, offsets): the offsets of the entries from index `first` on; those before
+            # it nobody has read yet (a start from a snapshot). None before the first scan.
+            # Replaced as one value, so a reader never pairs one array with another's first.
+            self._view: tuple[int, array[int]] | None = None
             self._size = 0
             self.tail: Tail | None = None
             self.in_flight: Tail | None = None
             self._scan_lock = threading.Lock()
+            # Held while appends extend the offsets and while a prefix is joined to them.
+            self._grow_lock = threading.Lock()
             if not deferred:
                 self._scan_all()
         except BaseException:
@@ -233,7 +235,7 @@ class FileStore:
         """Read every entry's offset from the start of the file; for a writer, refuse a torn
         write or damage after the last whole entry (see the module's docstring)."""
         offsets, self._size, tail = self._scan()
-        self._known_from, self._offsets = 0, offsets
+        self._view = (0, offsets)
         self.tail = self._classified(tail)
         self.in_flight = None
         if self.writer_pid is not None and self.tail is not None:
@@ -243,19 +245,41 @@ class FileStore:
                 raise TornWrite(self.path, self.tail, len(offsets))
             raise self.corruption()
 
-    def _known(self, index: int = -1) -> array[int]:
-        """The offsets known, scanning the whole file first where they do not reach back to
-        entry `index` (or where nothing was scanned yet)."""
-        offsets = self._offsets
-        if offsets is not None and index >= self._known_from:
-            return offsets
-        if offsets is not None and index < 0:
-            return offsets
+    def _known(self, index: int = -1) -> tuple[int, array[int]]:
+        """(first, offsets): the offsets known, from entry `first` on; read from the file
+        first where they do not reach back to entry `index` (or nothing was read yet)."""
+        view = self._view
+        if view is not None and (index < 0 or index >= view[0]):
+            return view
         with self._scan_lock:
-            if self._offsets is None or 0 <= index < self._known_from:
+            if self._view is None:
                 self._scan_all()
-            assert self._offsets is not None
-            return self._offsets
+            elif 0 <= index < self._view[0]:
+                self._scan_prefix()
+            assert self._view is not None
+            return self._view
+
+    def _scan_prefix(self) -> None:
+        """Read the offsets of the entries before the first one known (a start from a
+        snapshot read only what followed it): the bytes before it must be exactly that many
+        whole entries. Appends go on meanwhile; the prefix is joined to what they extended."""
+        assert self._view is not None
+        count, known = self._view
+        first = int(known[0])
+        prefix, end, tail = self._scan(0, first)
+        if tail is not None or end != first or len(prefix) != count:
+            raise CorruptLedger(
+                f"{self.path}: the bytes before entry {count} (offset {first}) are not "
+                f"{count} whole entries (read {len(prefix)}, up to byte {end}): the file "
+                "changed under a snapshot that was checked against it. Run `pool ledger "
+                "verify` and restore the file from a copy that verifies",
+                min(len(prefix), count),
+                end,
+            )
+        with self._grow_lock:
+            assert self._view is not None
+            prefix.extend(self._view[1])
+            self._view = (0, prefix)
 
     def resume(self, length: int, start: int, end: int, head: bytes) -> bool:
         """Before the first use: the entry `length - 1`, whose content address is `head`, is
@@ -265,7 +289,7 @@ class FileStore:
         after `end` is whole entries, only those are scanned, and earlier offsets are read
         when first asked for. Otherwise nothing is taken from the hint, and the next use
         scans the whole file: a wrong hint costs time, never a wrong entry."""
-        if self._offsets is not None or length < 1 or not 0 <= start < end:
+        if self._view is not None or length < 1 or not 0 <= start < end:
             return False
         size = os.fstat(self._fd).st_size
         if end > size or end - start > MAX_ENTRY_BYTES:
@@ -278,7 +302,7 @@ class FileStore:
         if tail is not None:
             return False  # torn, damaged or in flight: the full scan says which
         offsets.insert(0, start)
-        self._known_from, self._offsets, self._size = length - 1, offsets, tail_size
+        self._view, self._size = (length - 1, offsets), tail_size
         return True
 
     def bounds(self, index: int) -> tuple[int, int]:
@@ -307,7 +331,7 @@ class FileStore:
         longest = self._longest_entry()
         data = os.pread(self._fd, min(tail.length, longest + 1), tail.offset)
         acknowledged = self._high.point.length if self._high is not None else None
-        reason = not_torn(data, longest, len(self._known()), acknowledged, tail.length)
+        reason = not_torn(data, longest, len(self._known()[1]), acknowledged, tail.length)
         if reason is None:
             return tail
         return Tail(tail.offset, tail.length, False, reason)
@@ -315,19 +339,21 @@ class FileStore:
     def _longest_entry(self) -> int:
         """The longest entry this ledger could hold: what joulepool seals, or longer where
         the file already holds a longer entry (one sealed by an older or another writer)."""
-        offsets = self._known()
+        offsets = self._known()[1]
         ends = itertools.chain(offsets[1:], (self._size,))
         return max(LONGEST_SEALED, max(map(int.__sub__, ends, offsets), default=0))
 
-    def _scan(self, base: int = 0) -> tuple[array[int], int, Tail | None]:
-        """Offsets of the whole entries from byte `base` on, where they end, and what
-        follows them (None: nothing)."""
+    def _scan(self, base: int = 0, limit: int | None = None) -> tuple[array[int], int, Tail | None]:
+        """Offsets of the whole entries from byte `base` on (up to byte `limit`, else the
+        end of the file), where they end, and what follows them (None: nothing)."""
         offsets: array[int] = array("Q")
-        size = os.fstat(self._fd).st_size
+        size = os.fstat(self._fd).st_size if limit is None else limit
         # `base`: the file offset of buf[0]
         buf = b""
         while True:
-            chunk = os.pread(self._fd, CHUNK, base + len(buf))
+            at = base + len(buf)
+            want = CHUNK if limit is None else min(CHUNK, limit - at)
+            chunk = os.pread(self._fd, want, at) if want > 0 else b""
             buf += chunk
             eof = not chunk or base + len(buf) >= size
             found, tail = split(buf)
@@ -358,7 +384,8 @@ class FileStore:
         return self._size
 
     def __len__(self) -> int:
-        return self._known_from + len(self._known())
+        first, offsets = self._known()
+        return first + len(offsets)
 
     @property
     def name(self) -> str:
@@ -381,12 +408,16 @@ class FileStore:
 
     def offset(self, index: int) -> int:
         """Byte offset of entry `index`."""
-        return int(self._known(index)[index - self._known_from])
+        first, offsets = self._known(index)
+        return int(offsets[index - first])
 
     def _end(self, index: int) -> int:
-        offsets = self._known(index)
-        local = index - self._known_from + 1
-        return int(offsets[local]) if local < len(offsets) else self._size
+        self._known(index)
+        with self._grow_lock:
+            assert self._view is not None
+            first, offsets = self._view
+            local = index - first + 1
+            return int(offsets[local]) if local < len(offsets) else self._size
 
     def entry(self, index: int) -> bytes:
         """One entry, as stored."""
@@ -398,20 +429,23 @@ class FileStore:
 
     def entries(self, start: int = 0) -> Iterator[bytes]:
         """Every whole entry from index `start`, read in large chunks."""
-        offsets = self._known(start)
-        # Indices into `offsets`: a scan of the whole file since replaces it, never mid-way.
-        known_from = self._known_from
-        i, count = start - known_from, len(offsets)
+        self._known(start)
+        with self._grow_lock:
+            # One consistent picture: entries appended after it are not yielded.
+            assert self._view is not None
+            known_from, offsets = self._view
+            count, size = len(offsets), self._size
+        i = start - known_from
         while i < count:
             first = int(offsets[i])
             # Gather entries up to one chunk's worth, then slice them out of one read: those
             # whose next entry starts within the chunk, and the last if the file ends in it.
             limit = first + CHUNK
-            j = bisect.bisect_right(offsets, limit, i + 1) - 1
-            if j == count - 1 and self._size <= limit:
+            j = bisect.bisect_right(offsets, limit, i + 1, count) - 1
+            if j == count - 1 and size <= limit:
                 j = count
             j = max(j, i + 1)
-            last = int(offsets[j]) if j < count else self._size
+            last = int(offsets[j]) if j < count else size
             buf = os.pread(self._fd, last - first, first)
             bounds = [o - first for o in offsets[i:j]]
             bounds.append(last - first)
@@ -440,7 +474,7 @@ class FileStore:
             raise StoreError(f"{self.path} was opened read-only")
         if not raws:
             return
-        offsets = self._known()
+        self._known()  # the file read before the first append, whatever the store was told
         data = b"".join(raws)
         try:
             write_durably(self._fd, data, self._size)
@@ -470,11 +504,15 @@ class FileStore:
                 self._full = (exc, len(data))
             raise
         self._full = None
-        pos = self._size
-        for raw in raws:
-            offsets.append(pos)
-            pos += len(raw)
-        self._size = pos
+        with self._grow_lock:
+            # The view now, which a prefix read meanwhile may have replaced.
+            assert self._view is not None
+            offsets = self._view[1]
+            pos = self._size
+            for raw in raws:
+                offsets.append(pos)
+                pos += len(raw)
+            self._size = pos
 
     def ready(self, min_free: int = MIN_FREE_BYTES) -> None:
         """Raise `DiskFull` if the next append cannot be expected to succeed, for a readiness
