@@ -535,7 +535,12 @@ class Pool:
                         and time.monotonic() >= self._snapshot_deadline
                     )
                 ):
-                    self._snapshot_in_background()
+                    try:
+                        self._snapshot_in_background()
+                    except Exception as exc:
+                        # The batch is durable and decided: a snapshot that cannot start
+                        # costs restart time, never the verdicts already sealed.
+                        log.error("state snapshot not started: %s", exc)
         except Exception as exc:
             error = exc if isinstance(exc, PoolError) else StoreError(f"append failed: {exc!r}")
             for req in batch:
