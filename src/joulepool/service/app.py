@@ -45,7 +45,10 @@ from joulepool.service.committer import Committer
 from joulepool.service.ledger_report import ledger_report
 from joulepool.service.limits import Limits
 from joulepool.service.metrics import Metrics
+from joulepool.service.timeline import Timeline
 from joulepool.service.tokens import Principal, TokenBook
+from joulepool.service.ui import UI_ASSETS, ui_file
+from joulepool.service.verdicts import RECENT
 from joulepool.tree import Tree
 from joulepool.witnesses import keep_receipt, load_receipts
 
@@ -763,6 +766,50 @@ def create_app(
                 }
             )
         return JSONResponse({"receipts": out})
+
+    # -- the dashboard (issue 18) -----------------------------------------------------------
+
+    timeline = Timeline()
+
+    @app.get(
+        "/v1/dashboard",
+        response_model=m.DashboardOut,
+        responses={**ERRORS, 422: {"model": m.ErrorOut}},
+        tags=["dashboard"],
+    )
+    def dashboard_data(
+        period: str | None = Query(None, description="a budget period, as `pool usage --period`"),
+        verdicts: int = Query(50, ge=1, le=RECENT, description="recent verdicts to list"),
+        who: Principal = Depends(principal),
+    ) -> Response:
+        """What `/ui` shows, as far as the token's scope reaches (DESIGN.md §3, §2.6, §6.8)."""
+        from joulepool.service.dashboard import dashboard
+
+        pool = service.fresh_pool()
+        index = None if period is None else pool.schedule.parse_label(period, "period")
+        out = dashboard(pool, who, timeline, metrics.verdicts, service.witnesses, index, verdicts)
+        return JSONResponse(out)
+
+    @app.get("/ui", response_class=HTMLResponse, tags=["dashboard"])
+    def ui() -> Response:
+        """The dashboard page: static, served from the package, no data until a token is
+        given to it (the data comes from `GET /v1/dashboard`)."""
+        return ui_file("index.html")
+
+    @app.get(
+        "/ui/{name}",
+        response_class=Response,
+        responses={
+            200: {"content": {"text/javascript": {}, "text/css": {}}, "description": "a file"},
+            404: {"model": m.ErrorOut},
+        },
+        tags=["dashboard"],
+    )
+    def ui_asset(name: str) -> Response:
+        """The dashboard's script and style sheet."""
+        if name not in UI_ASSETS:
+            raise ApiError(404, "not_found", f"no dashboard file {brief_id(name)}")
+        return ui_file(name)
 
     # -- probes --------------------------------------------------------------------------
 
