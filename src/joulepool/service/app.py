@@ -800,7 +800,10 @@ def create_app(
         "/ui/{name}",
         response_class=Response,
         responses={
-            200: {"content": {"text/javascript": {}, "text/css": {}}, "description": "a file"},
+            200: {
+                "content": {"text/javascript": {}, "text/css": {}, "image/svg+xml": {}},
+                "description": "a file",
+            },
             404: {"model": m.ErrorOut},
         },
         tags=["dashboard"],

@@ -27,7 +27,16 @@ from joulepool.service.limits import Limits
 from joulepool.service.tokens import Principal, TokenBook
 
 PUBLIC_PATHS = frozenset(
-    {"/healthz", "/readyz", "/docs", "/openapi.json", "/ui", "/ui/app.js", "/ui/app.css"}
+    {
+        "/healthz",
+        "/readyz",
+        "/docs",
+        "/openapi.json",
+        "/ui",
+        "/ui/app.js",
+        "/ui/app.css",
+        "/ui/favicon.svg",
+    }
 )
 """Paths any client may read without a token: the probes, the API's own description and the
 dashboard's static files (they hold no figure: the page asks `GET /v1/dashboard` with the

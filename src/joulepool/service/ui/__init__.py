@@ -6,7 +6,7 @@ from importlib.resources import files
 
 from starlette.responses import Response
 
-UI_ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
+UI_ASSETS = {"app.js": "text/javascript", "app.css": "text/css", "favicon.svg": "image/svg+xml"}
 """The files `/ui/{name}` serves, with their media types; `/ui` itself is `index.html`."""
 
 _TYPES = {"index.html": "text/html", **UI_ASSETS}
