@@ -285,6 +285,18 @@ def test_issue18_an_admission_through_the_api_appears_without_a_reload(
         page.wait_for("document.querySelector('#verdicts tbody tr').dataset.claim")
         == "robotics/r-live"
     )
+    # A claim id is hostile input: shown as text, never parsed as markup.
+    hostile = '<img src=x onerror="document.title=1">'
+    body = {"id": hostile, "entitlement": "robotics", "gang_size": 1, "devices_per_member": 1}
+    body |= {"estimate": {"uj": 25 * MJ, "grade": "Estimator"}}
+    with serve.client(deployment.operator) as ops:
+        assert ops.post("/v1/claims", json=body).json()["verdict"] == "deny"
+    page.wait_for(
+        f"document.querySelector('#verdicts tbody tr').dataset.claim === {json.dumps(hostile)}"
+    )
+    assert page.evaluate("document.querySelectorAll('main img').length") == 0
+    assert hostile in page.evaluate("document.getElementById('verdicts').innerText")
+    assert page.evaluate("document.title") == "joulepool"
     assert page.console_errors == []
 
 
