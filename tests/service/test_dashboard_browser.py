@@ -190,6 +190,23 @@ def test_issue18_the_page_loads_without_console_errors_or_requests_leaving_loopb
     assert page.evaluate("document.getElementById('status').className") == ""
 
 
+# Before any test below adds its claims, so the picture shows the history alone.
+def test_issue18_a_screenshot_of_the_operator_view(
+    browser: Chromium, served: tuple[Deployment, Serve, str], tmp_path: Path
+) -> None:
+    deployment, serve, _ = served
+    page = open_dashboard(browser, serve, deployment.operator)
+    page.wait_for("document.querySelectorAll('#timeline polyline').length === 3")
+    keep = os.environ.get("JOULEPOOL_CI") == "1" or os.environ.get("JOULEPOOL_SCREENSHOT") == "1"
+    path = REPO / "docs" / "dashboard.png" if keep else tmp_path / "dashboard.png"
+    page.screenshot(path)
+    png = path.read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width == 1400 and height > 600
+    assert page.console_errors == []
+
+
 def test_issue18_each_entitlement_shows_the_figures_the_api_and_pool_usage_give(
     browser: Chromium, served: tuple[Deployment, Serve, str]
 ) -> None:
@@ -325,20 +342,4 @@ def test_issue18_a_tenant_token_shows_only_its_own_subtree(
     )
     assert lines == ["vision"]
     assert "operators only" in page.evaluate("document.getElementById('ledger').textContent")
-    assert page.console_errors == []
-
-
-def test_issue18_a_screenshot_of_the_operator_view(
-    browser: Chromium, served: tuple[Deployment, Serve, str], tmp_path: Path
-) -> None:
-    deployment, serve, _ = served
-    page = open_dashboard(browser, serve, deployment.operator)
-    page.wait_for("document.querySelectorAll('#timeline polyline').length === 3")
-    keep = os.environ.get("JOULEPOOL_CI") == "1" or os.environ.get("JOULEPOOL_SCREENSHOT") == "1"
-    path = REPO / "docs" / "dashboard.png" if keep else tmp_path / "dashboard.png"
-    page.screenshot(path)
-    png = path.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", png[16:24])
-    assert width == 1400 and height > 600
     assert page.console_errors == []
