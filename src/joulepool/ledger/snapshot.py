@@ -281,7 +281,7 @@ class SnapshotFolder:
 
     def newest(self) -> tuple[int, float] | None:
         """The newest kept snapshot's length and when it was written (seconds since the
-        epoch, its file's mtime), or None when none is kept."""
+        epoch, its file's mtime), or None when none is kept (DESIGN.md §4; for `/metrics`)."""
         for length in self.lengths():
             try:
                 return length, (self.folder / f"{length:016d}.snapshot").stat().st_mtime

@@ -76,12 +76,12 @@ COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
 
 
 def joules(uj: int) -> float:
-    """µJ as joules, for the exposition only (Prometheus base units)."""
+    """µJ as joules, for the exposition only (API.md "Metrics": Prometheus base units)."""
     return uj / UJ_PER_J
 
 
 def seconds(ms: int) -> float:
-    """A time in ms since the epoch as seconds, for the exposition only."""
+    """A time in ms since the epoch as seconds, for the exposition only (API.md "Metrics")."""
     return ms / MS_PER_S
 
 
@@ -130,7 +130,8 @@ class _PoolCollector(Collector):
         return lambda node: tenant.may_act_on(pool.tree, node)
 
     def collect(self) -> Iterator[Metric]:
-        """The current period's usage, the verdicts and, for the whole pool, the ledger."""
+        """The current period's usage (DESIGN.md §3), the verdicts and, for the whole pool, the
+        ledger (§6.1, §6.8), as API.md "Metrics" lists them."""
         pool = self._pool()
         if pool is None:
             return

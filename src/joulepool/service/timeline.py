@@ -52,7 +52,7 @@ class Timeline:
 
     def catch_up(self, pool: Pool) -> int:
         """Fold the entries appended since the last look (all of them after a schedule
-        change); the length folded."""
+        change); the length folded (§6.1: the ledger's own entries, already verified)."""
         with self._lock:
             fold = self._fold
             if fold is None or fold.schedule != pool.schedule:
@@ -80,7 +80,8 @@ class Timeline:
                 _move(fold, index, entitlement, event.at_ms, event.actual.uj - reserved)
 
     def series(self, index: int, ids: list[str]) -> dict[str, list[list[int]]]:
-        """`[[at_ms, committed_uj], ...]` for each of `ids` with claims in period `index`."""
+        """`[[at_ms, committed_uj], ...]` for each of `ids` with claims in period `index`
+        (DESIGN.md §3: a claim counts in the period of its `Admitted` entry)."""
         with self._lock:
             fold = self._fold
             if fold is None:
@@ -92,7 +93,8 @@ class Timeline:
             }
 
     def periods(self, ids: list[str]) -> list[int]:
-        """The indexes of the periods in which any of `ids` had claims admitted, oldest first."""
+        """The indexes of the periods in which any of `ids` had claims admitted, oldest first
+        (DESIGN.md §3)."""
         wanted = set(ids)
         with self._lock:
             fold = self._fold
@@ -101,7 +103,7 @@ class Timeline:
             return sorted({index for index, i in fold.series if i in wanted})
 
     def classes(self) -> dict[str, set[str]]:
-        """Each declared class and the entitlements that admitted claims of it."""
+        """Each declared class and the entitlements that admitted claims of it (§2.6)."""
         with self._lock:
             fold = self._fold
             return {} if fold is None else {c: set(e) for c, e in fold.classes.items()}

@@ -33,7 +33,7 @@ class VerdictBook:
         self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
 
     def record(self, tree: Tree, entitlement: str, answer: dict[str, Any], at_ms: int) -> None:
-        """Count one verdict (the `POST /v1/claims` answer, full claim id) given at `at_ms`."""
+        """Count one verdict (§4.5; the `POST /v1/claims` answer, full claim id) given at `at_ms`."""
         known = entitlement if entitlement in tree else ""
         key = (known, str(answer["verdict"]), str(answer.get("reason", "")))
         with self._lock:
@@ -41,7 +41,7 @@ class VerdictBook:
             self._recent.append({"at_ms": at_ms, "entitlement": known, **answer})
 
     def counts(self, visible: Callable[[str], bool]) -> dict[tuple[str, str, str], int]:
-        """The counts of the entitlements `visible` accepts."""
+        """The counts of the entitlements `visible` accepts (API.md "Metrics": `pool_verdicts_total`)."""
         with self._lock:
             return {k: n for k, n in self._counts.items() if visible(k[0])}
 
@@ -49,7 +49,7 @@ class VerdictBook:
         self, visible: Callable[[str], bool], tenant: str | None, limit: int
     ) -> list[dict[str, Any]]:
         """The newest `limit` verdicts `visible` accepts, newest first, each claim id as the
-        principal rooted at `tenant` names it (claim_id.py)."""
+        principal rooted at `tenant` names it (API.md "Dashboard", `verdicts`; claim_id.py)."""
         with self._lock:
             kept = list(self._recent)
         out: list[dict[str, Any]] = []

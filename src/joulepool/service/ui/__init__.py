@@ -24,6 +24,7 @@ SECURITY_HEADERS = {
 
 
 def ui_file(name: str) -> Response:
-    """One of the dashboard's files, with a policy that lets it load nothing from elsewhere."""
+    """One of the dashboard's files, with a policy that lets it load nothing from elsewhere
+    (API.md "Dashboard")."""
     body = files(__name__).joinpath(name).read_bytes()
     return Response(body, media_type=_TYPES[name], headers=SECURITY_HEADERS)
