@@ -13,14 +13,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from joulepool.claim import Claim
+from joulepool.grade import Energy, Grade
+from joulepool.ledger.keys import KeyPair, load_key_file
+from joulepool.ledger.witness import sign_witness
+from joulepool.pool import open_pool
 from joulepool.service.metrics import USAGE_GAUGES, exported_names
-from tests.servers import Deployment, Serve, pool_cli, serving
+from tests.servers import Deployment, Serve, pool_cli, serving, start_serve
 
 MJ = 10**12
 
@@ -180,3 +186,46 @@ def test_issue18_every_exported_name_is_listed_for_dashboards(
     deployment, serve = served
     names = {s.name for samples in scrape(serve, deployment.operator).values() for s in samples}
     assert names <= exported_names(), names - exported_names()
+
+
+def test_issue18_witnessed_length_and_snapshot_age_appear_once_known(tmp_path: Path) -> None:
+    deployment = Deployment.create(tmp_path / "d")
+    pool = open_pool(deployment.folder)
+    try:
+        pool.submit(Claim("s-1", "vision", 1, 1, Energy(MJ, Grade.HwShunt)))
+        assert pool.seal_snapshot() == 1
+    finally:
+        pool.close()
+    serve = start_serve(deployment.folder)
+    try:
+        families = scrape(serve, deployment.operator)
+        assert families["pool_snapshot_length"][0].value == 1
+        assert 0 <= families["pool_snapshot_age_seconds"][0].value < 600
+        assert "pool_ledger_witnessed_length" not in families
+        witness = KeyPair.generate("auditor")
+        steward = load_key_file(deployment.folder / "steward.pub")
+        with serve.client(deployment.operator) as ops:
+            assert ops.post("/v1/claims", json=claim("s-2", "vision", MJ)).json()["seq"] == 1
+            head = ops.get("/v1/ledger").json()
+            receipt = sign_witness(
+                witness,
+                "steward",
+                bytes.fromhex(head["head_hex"]),
+                head["length"],
+                0,
+                steward.public_key,
+            )
+            payload = {
+                "witness": "auditor",
+                "public_key_hex": witness.public_key.hex(),
+                "receipt_hex": receipt.hex(),
+            }
+            assert ops.post("/v1/witness-receipts", json=payload).status_code == 200
+            assert ops.post("/v1/claims", json=claim("s-3", "vision", MJ)).json()["seq"] == 2
+            ledger = ops.get("/v1/ledger").json()
+        families = scrape(serve, deployment.operator)
+        assert ledger["witnessed_through"] == 2
+        assert families["pool_ledger_witnessed_length"][0].value == 2
+        assert families["pool_ledger_length"][0].value == 3
+    finally:
+        serve.kill()
