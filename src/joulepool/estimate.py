@@ -73,6 +73,74 @@ class Declined:
         }
 
 
+@dataclass(slots=True)
+class Tally:
+    """What §2.6 derives from, for one class (and entitlement): observations, how many were
+    evidence, and the evidence's extremes. Bounded in size however long the history grows.
+    `low` and `high` are None while there is no evidence: no figure stands in for none."""
+
+    observations: int = 0
+    evidence: int = 0
+    low: int | None = None
+    high: int | None = None
+
+    def add(self, actual: Energy) -> None:
+        """Count one released claim's actual figure (§2.6): Estimator is counted, not evidence."""
+        self.observations += 1
+        if not actual.grade.observed:
+            return
+        self.evidence += 1
+        uj = actual.uj
+        if self.low is None or uj < self.low:
+            self.low = uj
+        if self.high is None or uj > self.high:
+            self.high = uj
+
+    def merge(self, other: Tally) -> None:
+        """Add another tally of the same class: counts sum, extremes widen (§2.6)."""
+        self.observations += other.observations
+        self.evidence += other.evidence
+        for uj in (other.low, other.high):
+            if uj is not None:
+                self.low = uj if self.low is None or uj < self.low else self.low
+                self.high = uj if self.high is None or uj > self.high else self.high
+
+    def copy(self) -> Tally:
+        """An independent copy, for a batch that may be taken back."""
+        return Tally(self.observations, self.evidence, self.low, self.high)
+
+
+def tally(history: Iterable[Observation], class_: str, entitlement: str | None = None) -> Tally:
+    """The tally of released claims of exactly `class_`, optionally of one entitlement (§2.6)."""
+    out = Tally()
+    for obs in history:
+        if obs.class_ == class_ and (entitlement is None or obs.entitlement == entitlement):
+            out.add(obs.actual)
+    return out
+
+
+def decide_estimate(
+    counted: Tally, class_: str | None, required: int = DEFAULT_REQUIRED
+) -> Derived | Declined:
+    """Derive an estimate from a class's tally, or decline (§2.6).
+
+    Below `required` evidence (0 counts as 1) nothing is derived; an empty or missing class
+    is refused.
+    """
+    check_figure(required, "required")
+    if class_ is not None and not isinstance(class_, str):
+        raise InvalidInput("class", "must be a string")
+    if not class_:
+        return Declined(DeclineReason.empty_class, 0, 0)
+    low, high = counted.low, counted.high
+    if counted.evidence < max(1, required) or low is None or high is None:
+        return Declined(DeclineReason.insufficient_evidence, counted.observations, counted.evidence)
+    # A figure for the next run is a prediction: a model, however the inputs were read.
+    return Derived(
+        Energy(high, Grade.ModelBased), low, high, counted.observations, counted.evidence
+    )
+
+
 def derive_estimate(
     history: Iterable[Observation],
     class_: str | None,
@@ -88,24 +156,5 @@ def derive_estimate(
     check_figure(required, "required")
     if class_ is not None and not isinstance(class_, str):
         raise InvalidInput("class", "must be a string")
-    if not class_:
-        return Declined(DeclineReason.empty_class, 0, 0)
-    need = max(1, required)
-    observations = 0
-    evidence = 0
-    low: int | None = None
-    high = 0
-    for obs in history:
-        if obs.class_ != class_ or (entitlement is not None and obs.entitlement != entitlement):
-            continue
-        observations += 1
-        if not obs.actual.grade.observed:
-            continue
-        evidence += 1
-        uj = obs.actual.uj
-        low = uj if low is None or uj < low else low
-        high = max(high, uj)
-    if evidence < need or low is None:
-        return Declined(DeclineReason.insufficient_evidence, observations, evidence)
-    # A figure for the next run is a prediction: a model, however the inputs were read.
-    return Derived(Energy(high, Grade.ModelBased), low, high, observations, evidence)
+    counted = tally(history, class_, entitlement) if class_ else Tally()
+    return decide_estimate(counted, class_, required)

@@ -25,7 +25,7 @@ from joulepool.admission import Admit, Queue, QueueReason, Verdict, decide
 from joulepool.claim import Claim
 from joulepool.claim_id import check_admitted_id
 from joulepool.errors import ClaimError, InvalidInput, PoolError, StoreError
-from joulepool.estimate import Declined, Derived, derive_estimate
+from joulepool.estimate import Declined, Derived, Tally, decide_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
@@ -433,8 +433,12 @@ class Pool:
         """An estimate earned from this ledger's own history of released claims (§2.6)."""
         need = self.required_evidence if required is None else required
         with self._commit_lock:
-            history = list(self.state.history(class_)) if class_ else []
-        return derive_estimate(history, class_, need, entitlement)
+            counted = (
+                self.state.evidence(class_, entitlement)
+                if isinstance(class_, str) and class_
+                else Tally()
+            )
+        return decide_estimate(counted, class_, need)
 
     # -- what changes it ------------------------------------------------------------------
 
@@ -610,6 +614,16 @@ class Pool:
                     tree,
                     schedule=period,
                 )
+                index = self.state.claims
+                if index is not None:
+                    # Which claims were released does not depend on the schedule: the index
+                    # goes on holding them, and the replay's own set in memory is dropped.
+                    try:
+                        replayer.state.keep_released_in(index)
+                    except ValueError as exc:
+                        raise StoreError(
+                            f"the claim index cannot follow the reload: {exc}"
+                        ) from None
             if before is not None:
                 before()
             if replayer is None:

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from joulepool.errors import LedgerRefused
+from joulepool.estimate import Observation, Tally, decide_estimate, derive_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.fold import LedgerState
@@ -29,7 +30,7 @@ def test_release_charges_the_actual_in_place_of_the_reservation() -> None:
     state.apply(rel("c1", 60))
     fig = state.usage.of("a")
     assert (fig.spent_uj, fig.reserved_uj, fig.held_devices, fig.running_claims) == (60, 0, 0, 0)
-    assert [o.actual for o in state.history("x")] == [Energy(60, Grade.HwShunt)]
+    assert state.evidence("x") == Tally(observations=1, evidence=1, low=60, high=60)
 
 
 def test_an_overrun_is_charged_what_it_cost() -> None:
@@ -76,7 +77,7 @@ def fingerprint(state: LedgerState) -> object:
         {i: state.usage.of(i) for i in "abc"},
         state.open_claims(),
         [(c, state.closed_claim(c)) for c in (f"c{n}" for n in range(6))],
-        list(state.history("x")),
+        state.classes(),
         [state.usage.lendable_uj(i) for i in "abc"],
         [state.usage.group_borrowed_uj(i) for i in "abc"],
     )
@@ -100,3 +101,33 @@ def test_a_rolled_back_batch_leaves_the_state_exactly_as_it_was(
     fold(batch, state)
     fold(batch, fresh)
     assert fingerprint(state) == fingerprint(fresh)
+
+
+releases_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(["x", "y"]),
+        st.sampled_from("abc"),
+        st.integers(0, 10**12),
+        st.sampled_from(list(Grade)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(releases_strategy, st.integers(0, 4))
+def test_s2_6_counts_and_extremes_derive_what_the_whole_history_derives(
+    rows: list[tuple[str, str, int, Grade]], required: int
+) -> None:
+    """The fold keeps per class and entitlement only counts and extremes, not every
+    released claim; every estimate derived from them equals §2.6 over the full history."""
+    state = LedgerState(team_tree())
+    history = []
+    for n, (cls, ent, uj, grade) in enumerate(rows):
+        state.apply(adm(f"c{n}", ent, 5, cls))
+        state.apply(Released(f"c{n}", Energy(uj, grade), 2))
+        history.append(Observation(cls, ent, Energy(uj, grade)))
+    for cls in ("x", "y", "z"):
+        for scope in (None, "a", "b", "c"):
+            whole = derive_estimate(history, cls, required, scope)
+            assert decide_estimate(state.evidence(cls, scope), cls, required) == whole

@@ -289,3 +289,97 @@ def test_design_s4_a_state_past_the_item_size_limit_still_seals_and_opens() -> N
     raw = seal_snapshot(key, 5, bytes(32), 1, NONE, state)
     snap = open_snapshot(raw, "steward", KeySchedule("steward", key.public_key))
     assert (snap.length, snap.state) == (5, state)
+
+
+def _resealed(folder: Path, length: int, edit: object) -> None:
+    """Rewrite the snapshot at `length` with its state array changed by `edit`, signed by
+    the steward's own key, so that only the state's contents are in question."""
+    import cbor2
+
+    from joulepool.ledger.rotation import KeySchedule
+    from joulepool.ledger.snapshot import open_snapshot
+
+    path = snapshots(folder).folder / f"{length:016d}.snapshot"
+    steward = KeyPair.from_cose_key((folder / "steward.key").read_bytes())
+    snap = open_snapshot(path.read_bytes(), "steward", KeySchedule("steward", steward.public_key))
+    body = cbor2.loads(snap.state)
+    assert callable(edit)
+    state = bytes(cbor2.dumps(edit(body)))
+    pool = open_pool(folder, read_only=True)
+    schedule = pool.schedule
+    pool.close()
+    path.write_bytes(seal_snapshot(steward, length, snap.head, snap.at_ms, schedule, state))
+
+
+def test_s2_6_a_layout_1_snapshot_of_every_released_claim_is_still_read(tmp_path: Path) -> None:
+    """Snapshots written before the fold kept counts and extremes listed every released
+    claim; a start from one counts them and goes on from its length, no full replay."""
+    folder = deployment(tmp_path)
+    newest = snapshots(folder).lengths()[0]
+    pool = open_pool(folder, read_only=True)
+    released = [
+        ["vision", s.released.actual.uj, s.released.actual.grade.value]
+        for i in range(30)
+        for s in (pool.claim_state(f"c{i}"),)
+        if s is not None and s.released is not None and s.released_seq is not None
+        if s.released_seq < newest
+    ]
+    pool.close()
+    assert released
+    _resealed(folder, newest, lambda body: [*body[:5], {"train": released}, body[6]])
+    reopened = open_pool(folder, read_only=True)
+    try:
+        assert (reopened.started_from, reopened.snapshot_warnings) == (newest, [])
+        assert state_of(reopened) == full_replay(folder)
+    finally:
+        reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("tally", "why"),
+    [
+        ([1, 2, 3, 4], "2 evidence among 1 observations"),
+        ([2, 1, 9, 3], "least evidence 9 above the greatest 3"),
+        ([2, 0, 1, 1], "extremes without evidence"),
+        ([2, 1, None, 3], "None is not a non-negative integer"),
+    ],
+)
+def test_s2_6_a_snapshot_tally_no_fold_could_leave_is_refused_whole(
+    tmp_path: Path, tally: list[object], why: str
+) -> None:
+    folder = deployment(tmp_path)
+    newest, middle, _ = snapshots(folder).lengths()
+    _resealed(folder, newest, lambda body: [*body[:5], {"train": {"vision": tally}}, *body[6:]])
+    reopened = open_pool(folder, read_only=True)
+    try:
+        assert reopened.started_from == middle
+        assert why in " | ".join(reopened.snapshot_warnings)
+        assert state_of(reopened) == full_replay(folder)
+    finally:
+        reopened.close()
+
+
+def test_s6_4_a_reload_under_another_period_keeps_released_claims_in_the_index(
+    tmp_path: Path,
+) -> None:
+    """A changed period schedule replays the ledger to regroup it (DESIGN.md §3); which
+    claims were released does not change, so they stay in the on-disk index, and claims
+    released after the reload reach it too (never a heap set growing again)."""
+    from joulepool.periods import Schedule
+
+    folder = deployment(tmp_path)
+    pool = open_pool(folder, snapshot_every=EVERY)
+    try:
+        index = pool.state.claims
+        assert index is not None
+        pool.reload(pool.tree, Schedule("week"))
+        assert pool.state.schedule == Schedule("week")
+        assert pool.state.claims is index
+        running = pool.state.open_claims()[0]
+        pool.release(running, Energy(4, Grade.HwShunt))
+        assert index.get(running) is not None and index.covers == pool.state.length
+        with pytest.raises(Exception, match="was admitted before"):
+            pool.submit(Claim("c1", "vision", 1, 1, Energy(5, Grade.Estimator)))
+    finally:
+        pool.close()
+    assert state_of(open_pool(folder, read_only=True)) == full_replay(folder)

@@ -106,8 +106,8 @@ def snapshot_checks(
     """Stops for a full replay that compare each kept state snapshot with the replayed state
     at its length (DESIGN.md §4), and the list their findings go to, one row a snapshot.
 
-    Compared: head, length, last instant, all-time usage, open and released claims, class
-    history, and the per-period sums when the snapshot was folded without a period schedule
+    Compared: head, length, last instant, all-time usage, open and released claims, each
+    class's evidence (§2.6), and the per-period sums when the snapshot was folded without a period schedule
     (this replay groups by none).
     """
     from joulepool.errors import PoolError
@@ -144,7 +144,7 @@ def _comparison(
         from joulepool.ledger.fold import capture
 
         ours = capture(replayer.state)
-        fields = ["length", "last_at_ms", "usage", "open", "history"]
+        fields = ["length", "last_at_ms", "usage", "open", "evidence"]
         if same_schedule:
             fields.append("periods")
         if ours.closed is not None and theirs.closed is not None:

@@ -38,6 +38,8 @@ def build_service(
     replay_workers: int,
     ledger: str | None = None,
     waits: dict[str, float] | None = None,
+    snapshot_every: int | None = None,
+    snapshot_seconds: float | None = None,
 ) -> Any:
     """The service for a deployment folder, its ledger on file or on PostgreSQL.
 
@@ -59,7 +61,7 @@ def build_service(
     )
     from joulepool.errors import PoolError
     from joulepool.ledger.snapshot import SnapshotFolder
-    from joulepool.pool import Pool
+    from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS, Pool
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
     from joulepool.steward_keys import deployment_keys, rotate_pending
@@ -127,6 +129,8 @@ def build_service(
                 keys=keys,
                 # State snapshots beside a ledger file (DESIGN.md §4); PostgreSQL replays.
                 snapshots=None if postgres else SnapshotFolder.beside(folder / LEDGER),
+                snapshot_every=SNAPSHOT_EVERY if snapshot_every is None else snapshot_every,
+                snapshot_seconds=SNAPSHOT_SECONDS if snapshot_seconds is None else snapshot_seconds,
                 claims=None if postgres else open_index(folder / LEDGER),
             )
         except BaseException:
@@ -211,7 +215,15 @@ def _serve(args: argparse.Namespace) -> int:
         "idle_in_transaction_s": args.pg_idle_in_transaction_s,
     }
     try:
-        service = build_service(folder, args.postgres, args.replay_workers, args.ledger, waits)
+        service = build_service(
+            folder,
+            args.postgres,
+            args.replay_workers,
+            args.ledger,
+            waits,
+            snapshot_every=args.snapshot_every,
+            snapshot_seconds=args.snapshot_seconds,
+        )
     except PoolError as exc:
         # Every refusal to start is logged, and the process exits non-zero (no traceback).
         logging.getLogger("joulepool.serve").error("refusing to start: %s: %s", exc.code, exc)
@@ -423,6 +435,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"ends its session and the others go on ({PG_IDLE_IN_TRANSACTION_S:g})",
     )
     p.add_argument("--replay-workers", type=int, default=1, help="processes verifying at start-up")
+    from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS
+
+    p.add_argument(
+        "--snapshot-every",
+        type=_positive(int),
+        default=SNAPSHOT_EVERY,
+        help=f"entries between state snapshots: a restart verifies and folds at most about "
+        f"this many after the newest ({SNAPSHOT_EVERY})",
+    )
+    p.add_argument(
+        "--snapshot-seconds",
+        type=_positive(float),
+        default=SNAPSHOT_SECONDS,
+        help=f"seconds after which a commit seals a snapshot anyway ({SNAPSHOT_SECONDS:g})",
+    )
     p.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )

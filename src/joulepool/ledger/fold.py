@@ -19,9 +19,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
 from joulepool.errors import LedgerRefused
-from joulepool.estimate import Observation
+from joulepool.estimate import Tally
 from joulepool.events import Admitted, Event, Released
-from joulepool.grade import Energy, Grade
 from joulepool.ledger.entry import brief
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.tree import EntitlementUsage, Tree, Usage
@@ -30,6 +29,9 @@ if TYPE_CHECKING:
     from joulepool.stores.claim_index import ClaimIndex
 
 INCONSISTENT = "inconsistent_stream"
+
+
+Journal = tuple[Event, tuple[Admitted, int] | None, int, Tally | None]
 
 
 class OpenClaim(NamedTuple):
@@ -65,7 +67,7 @@ class LedgerState:
 
     __slots__ = (
         "_closed",
-        "_history",
+        "_evidence",
         "_journal",
         "_length",
         "_open",
@@ -94,10 +96,13 @@ class LedgerState:
         # Released claims: what grows with history, so on disk where a store gives an
         # index (`stores.claim_index`), in memory otherwise (§6.4).
         self._closed: dict[str, tuple[int, int]] | ClaimIndex = claims if claims is not None else {}
-        # class -> [(entitlement, actual uj, actual grade)], kept as plain tuples to stay small.
-        self._history: dict[str, list[tuple[str, int, Grade]]] = {}
+        # class -> entitlement -> what §2.6 derives from: counts and extremes, bounded by
+        # classes x entitlements however many claims are released.
+        self._evidence: dict[str, dict[str, Tally]] = {}
         self._length = 0
-        self._journal: list[tuple[Event, tuple[Admitted, int] | None, int]] | None = None
+        # Per event folded in a batch: the event, the claim it released, the clock before
+        # it, and the tally its release changed as it was before (None: there was none).
+        self._journal: list[Journal] | None = None
 
     @property
     def length(self) -> int:
@@ -122,7 +127,7 @@ class LedgerState:
         """Fold one event at index `length`, refusing an inconsistent one there (§6.2, §6.4)."""
         seq = self._length
         claim = event.claim
-        running = None
+        running = before = None
         if isinstance(event, Admitted):
             if claim in self._open or claim in self._closed:
                 raise LedgerRefused(seq, INCONSISTENT, self.refusal(event) or "")
@@ -133,22 +138,28 @@ class LedgerState:
             running = self._open.pop(claim, None)
             if running is None:
                 raise LedgerRefused(seq, INCONSISTENT, self.refusal(event) or "")
-            self._release(running, event, seq)
+            before = self._release(running, event, seq)
         if self._journal is not None:
-            self._journal.append((event, running, self.last_at_ms))
+            self._journal.append((event, running, self.last_at_ms, before))
         self.last_at_ms = max(self.last_at_ms, event.at_ms)
         self._length = seq + 1
 
-    def _release(self, running: tuple[Admitted, int], event: Released, seq: int) -> None:
+    def _release(self, running: tuple[Admitted, int], event: Released, seq: int) -> Tally | None:
         adm, admitted_seq = running
         # The actual figure replaces the reservation; it is not added to it (§6.2), and it
         # counts in the period of the admission, not of the release (DESIGN.md §3).
         self._hold(adm, charged_uj=event.actual.uj, reserved_uj=-adm.reserved.uj, sign=-1)
         self._closed[event.claim] = (admitted_seq, seq)
-        if adm.class_ is not None:
-            self._history.setdefault(adm.class_, []).append(
-                (adm.entitlement, event.actual.uj, event.actual.grade)
-            )
+        if adm.class_ is None:
+            return None
+        tallies = self._evidence.setdefault(adm.class_, {})
+        counted = tallies.get(adm.entitlement)
+        # Extremes cannot be subtracted back out: a batch that may fail keeps the old tally.
+        before = None if counted is None or self._journal is None else counted.copy()
+        if counted is None:
+            counted = tallies[adm.entitlement] = Tally()
+        counted.add(event.actual)
+        return before
 
     def _hold(
         self, adm: Admitted, *, charged_uj: int, reserved_uj: int, sign: int, admitted: int = 0
@@ -203,6 +214,19 @@ class LedgerState:
         if not isinstance(self._closed, dict):
             self._closed.flush(self._length)
 
+    def keep_released_in(self, claims: ClaimIndex) -> None:
+        """Hold the released claims in `claims` instead of the heap: an index already holding
+        exactly these (a replay of the same ledger under another period schedule, whose
+        released claims are the same; §6.4). Raises `ValueError` when it does not."""
+        if not isinstance(self._closed, dict):
+            raise ValueError("the released claims are already in an index")
+        if claims.covers != self._length or len(claims) != len(self._closed):
+            raise ValueError(
+                f"the claim index holds {len(claims)} released claims to {claims.covers}, "
+                f"the fold {len(self._closed)} to {self._length}"
+            )
+        self._closed = claims
+
     @property
     def claims(self) -> ClaimIndex | None:
         """The on-disk index of released claims, where the fold keeps them there."""
@@ -212,7 +236,7 @@ class LedgerState:
         """Take back every event folded since `begin()`, newest first: a failed append
         never happened, so the state must be exactly what it was before."""
         journal, self._journal = self._journal or [], None
-        for event, running, last_at_ms in reversed(journal):
+        for event, running, last_at_ms, before in reversed(journal):
             self._length -= 1
             self.last_at_ms = last_at_ms
             if isinstance(event, Admitted):
@@ -227,7 +251,13 @@ class LedgerState:
             self._open[event.claim] = running
             self._hold(adm, charged_uj=-event.actual.uj, reserved_uj=adm.reserved.uj, sign=+1)
             if adm.class_ is not None:
-                self._history[adm.class_].pop()
+                tallies = self._evidence[adm.class_]
+                if before is None:
+                    del tallies[adm.entitlement]
+                    if not tallies:
+                        del self._evidence[adm.class_]
+                else:
+                    tallies[adm.entitlement] = before
 
     def open_claim(self, claim_id: str) -> OpenClaim | None:
         """The running claim of that id, or None."""
@@ -251,10 +281,21 @@ class LedgerState:
         """Every running claim, in admission order."""
         return itertools.starmap(OpenClaim, self._open.values())
 
-    def history(self, class_: str) -> Iterator[Observation]:
-        """The released claims that declared exactly `class_`, in ledger order (§2.6)."""
-        for entitlement, uj, grade in self._history.get(class_, ()):
-            yield Observation(class_, entitlement, Energy(uj, grade))
+    def evidence(self, class_: str, entitlement: str | None = None) -> Tally:
+        """What the released claims that declared exactly `class_` (of `entitlement`, or of
+        any) give §2.6 to derive from: a fresh tally the caller may keep."""
+        tallies = self._evidence.get(class_, {})
+        if entitlement is not None:
+            counted = tallies.get(entitlement)
+            return Tally() if counted is None else counted.copy()
+        out = Tally()
+        for counted in tallies.values():
+            out.merge(counted)
+        return out
+
+    def classes(self) -> dict[str, dict[str, Tally]]:
+        """Every class with released claims, per entitlement: copies (§2.6)."""
+        return {c: {e: t.copy() for e, t in ts.items()} for c, ts in self._evidence.items()}
 
     def rebind(self, tree: Tree) -> None:
         """Group the same figures by a reloaded tree; the ledger is unchanged (§6.1)."""
@@ -322,7 +363,7 @@ class StateCopy(NamedTuple):
     open: dict[str, tuple[Admitted, int]]
     closed: dict[str, tuple[int, int]] | None
     """None where the released claims are in the claim index, not in the snapshot."""
-    history: dict[str, list[tuple[str, int, Grade]]]
+    evidence: dict[str, dict[str, Tally]]
     periods: dict[int, dict[str, list[int]]]
 
 
@@ -339,7 +380,7 @@ def capture(state: LedgerState) -> StateCopy:
         usage,
         state._open.copy(),
         state._closed.copy() if isinstance(state._closed, dict) else None,
-        {k: v.copy() for k, v in state._history.items()},
+        state.classes(),
         {p: {e: s.copy() for e, s in ents.items()} for p, ents in state._periods.items()},
     )
 
@@ -369,7 +410,7 @@ def restore(
     state._open = copy.open
     if copy.closed is not None:
         state._closed = copy.closed
-    state._history = copy.history
+    state._evidence = copy.evidence
     state._periods = copy.periods
     state.last_at_ms = copy.last_at_ms
     state._length = copy.length

@@ -25,6 +25,7 @@ from typing import Any
 import cbor2
 
 from joulepool.errors import PoolError
+from joulepool.estimate import Tally
 from joulepool.events import Admitted
 from joulepool.files import fsync_dir, write_atomically
 from joulepool.grade import Energy, Grade
@@ -48,6 +49,9 @@ MAX_ENVELOPE_BYTES = 64 << 10
 """The signed envelope is small (its state travels after it, by digest)."""
 KEEP = 3
 """Snapshots kept: the newest and two before it, in case the newest is damaged."""
+STATE_LAYOUT = 2
+"""The state array's layout: 2 keeps §2.6's counts and extremes per class and entitlement;
+1 (seven items, no marker) kept every released claim and is still read."""
 
 
 class SnapshotRefused(PoolError):
@@ -83,9 +87,9 @@ def encode_state(copy: StateCopy) -> bytes:
         ]
         for claim, (a, seq) in copy.open.items()
     }
-    history = {
-        cls: [[ent, uj, grade.value] for ent, uj, grade in rows]
-        for cls, rows in copy.history.items()
+    evidence = {
+        cls: {ent: [t.observations, t.evidence, t.low, t.high] for ent, t in tallies.items()}
+        for cls, tallies in copy.evidence.items()
     }
     periods = [[index, ents] for index, ents in sorted(copy.periods.items())]
     # None: the released claims are in the claim index beside the ledger, not here.
@@ -93,7 +97,7 @@ def encode_state(copy: StateCopy) -> bytes:
         None if copy.closed is None else {claim: list(pair) for claim, pair in copy.closed.items()}
     )
     usage = {ent: list(figures) for ent, figures in copy.usage.items()}
-    body = [copy.length, copy.last_at_ms, usage, open_, closed, history, periods]
+    body = [copy.length, copy.last_at_ms, usage, open_, closed, evidence, periods, STATE_LAYOUT]
     return bytes(cbor2.dumps(body))
 
 
@@ -182,6 +186,32 @@ def _list(v: object, n: int | None = None) -> list[Any]:
     return v
 
 
+def _tally(v: object) -> Tally:
+    observations, evidence, low, high = _list(v, 4)
+    out = Tally(_int(observations), _int(evidence))
+    if out.evidence > out.observations:
+        raise ValueError(f"{out.evidence} evidence among {out.observations} observations")
+    if out.evidence == 0:
+        if low is not None or high is not None:
+            raise ValueError("extremes without evidence")
+        return out
+    out.low, out.high = _int(low), _int(high)
+    if out.low > out.high:
+        raise ValueError(f"least evidence {out.low} above the greatest {out.high}")
+    return out
+
+
+def _tallies_of_history(v: object) -> dict[str, dict[str, Tally]]:
+    """Layout 1 kept every released claim's (entitlement, actual, grade): count them."""
+    out: dict[str, dict[str, Tally]] = {}
+    for cls, rows in _map(v).items():
+        tallies = out.setdefault(_text(cls), {})
+        for row in _list(rows):
+            ent, uj, grade = _list(row, 3)
+            tallies.setdefault(_text(ent), Tally()).add(Energy(_int(uj), Grade.parse(grade)))
+    return out
+
+
 def decode_state(
     snapshot: Snapshot, tree: Tree, schedule: Schedule, claims: ClaimIndex | None = None
 ) -> LedgerState:
@@ -201,7 +231,16 @@ def decode_copy(snapshot: Snapshot) -> StateCopy:
     """The state the snapshot holds, decoded and type-checked, not yet a fold's; or
     `SnapshotRefused` (DESIGN.md §4)."""
     try:
-        body = _list(cbor2.loads(snapshot.state), 7)
+        body = _list(cbor2.loads(snapshot.state))
+        if len(body) == 8 and body[7] == STATE_LAYOUT:
+            evidence = {
+                _text(cls): {_text(e): _tally(t) for e, t in _map(tallies).items()}
+                for cls, tallies in _map(body[5]).items()
+            }
+        elif len(body) == 7:
+            evidence = _tallies_of_history(body[5])
+        else:
+            raise ValueError(f"its state is an array of {len(body)}, not a known layout")
         length, last_at_ms = _int(body[0]), _int(body[1])
         if length != snapshot.length:
             raise ValueError(f"its state is at length {length}, its core says {snapshot.length}")
@@ -229,14 +268,6 @@ def decode_copy(snapshot: Snapshot) -> StateCopy:
                 for p in (_list(pair, 2),)
             }
         )
-        history = {
-            _text(cls): [
-                (_text(r[0]), _int(r[1]), Grade.parse(r[2]))
-                for row in _list(rows)
-                for r in (_list(row, 3),)
-            ]
-            for cls, rows in _map(body[5]).items()
-        }
         periods: dict[int, dict[str, list[int]]] = {}
         for item in _list(body[6]):
             index, ents = _list(item, 2)
@@ -251,7 +282,7 @@ def decode_copy(snapshot: Snapshot) -> StateCopy:
             usage,  # type: ignore[arg-type]
             open_,
             closed,
-            history,
+            evidence,
             periods,
         )
     except Exception as exc:  # hostile bytes inside a valid signature: refuse it whole

@@ -256,7 +256,8 @@ class Service:
         if self.unready is not None:
             log.warning("ready again: %s", pool.store.name)
             self.unready = None
-        return {"status": "ready", "length": length}
+        # Where this process's fold began: the snapshot it started from, 0 for a full replay.
+        return {"status": "ready", "length": length, "started_from": pool.started_from}
 
     def _check_store(self, pool: Pool) -> int:
         """Raise the `StoreError` that would make the next write fail; else the length."""
