@@ -24,7 +24,11 @@ KEYWORDS = {
     "unless", "offset", "inf", "nan",
 }  # fmt: skip
 # Series present only once their figure is known: a witnessed ledger, a kept snapshot.
-ONLY_WHEN_KNOWN = {"pool_ledger_witnessed_length", "pool_snapshot_age_seconds"}
+ONLY_WHEN_KNOWN = {
+    "pool_ledger_witnessed_length",
+    "pool_ledger_witnessed_timestamp_seconds",
+    "pool_snapshot_age_seconds",
+}
 
 
 def metric_names(expr: str) -> set[str]:

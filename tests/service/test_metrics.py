@@ -29,6 +29,7 @@ from joulepool.service.metrics import USAGE_GAUGES, exported_names
 from tests.servers import Deployment, Serve, pool_cli, serving, start_serve
 
 MJ = 10**12
+SIGNED_MS = 1_796_000_000_123
 
 
 def claim(cid: str, ent: str, uj: int, grade: str = "HwShunt", gang: int = 1) -> dict[str, Any]:
@@ -212,7 +213,7 @@ def test_issue18_witnessed_length_and_snapshot_age_appear_once_known(tmp_path: P
                 "steward",
                 bytes.fromhex(head["head_hex"]),
                 head["length"],
-                0,
+                SIGNED_MS,
                 steward.public_key,
             )
             payload = {
@@ -226,6 +227,11 @@ def test_issue18_witnessed_length_and_snapshot_age_appear_once_known(tmp_path: P
         families = scrape(serve, deployment.operator)
         assert ledger["witnessed_through"] == 2
         assert families["pool_ledger_witnessed_length"][0].value == 2
+        assert families["pool_ledger_witnessed_timestamp_seconds"][0].value == SIGNED_MS / 1000
+        with serve.client(deployment.operator) as ops:
+            shown = ops.get("/v1/dashboard").json()["ledger"]
+        assert (shown["witness"], shown["witnessed_at_ms"]) == ("auditor", SIGNED_MS)
+        assert shown["witnessed_through"] == 2
         assert families["pool_ledger_length"][0].value == 3
     finally:
         serve.kill()

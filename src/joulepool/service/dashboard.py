@@ -66,7 +66,7 @@ def dashboard(
         "estimates": estimates(pool, who, timeline),
     }
     if who.operator:
-        ledger = ledger_report(pool, witnesses)
+        ledger = ledger_report(pool, witnesses, witness=True)
         if ledger["length"] > 0:
             ledger["last_at_ms"] = pool.state.last_at_ms
         out["ledger"] = ledger

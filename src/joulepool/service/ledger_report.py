@@ -11,9 +11,11 @@ from joulepool.pool import Pool
 from joulepool.witnesses import attestation, load_receipts
 
 
-def ledger_report(pool: Pool, witnesses: Path | None) -> dict[str, Any]:
+def ledger_report(pool: Pool, witnesses: Path | None, *, witness: bool = False) -> dict[str, Any]:
     """`{"steward", "length", "head_hex", "attestation", "witnessed_through"?}` (API.md
-    `GET /v1/ledger`): the attestation the deployment's kept receipts give the ledger now."""
+    `GET /v1/ledger`): the attestation the deployment's kept receipts give the ledger now.
+    With `witness`, also who witnessed it and when it signed (`"witness"`,
+    `"witnessed_at_ms"`, from the receipt's own statement, §6.7), for the dashboard."""
     length, head = pool.snapshot()
     kept = load_receipts(witnesses) if witnesses else []
     report = attestation(kept, pool.steward, pool.key.public_key, length, pool.head_at)
@@ -25,4 +27,7 @@ def ledger_report(pool: Pool, witnesses: Path | None) -> dict[str, Any]:
     }
     if report.attestation is Attestation.witnessed:
         out["witnessed_through"] = report.through
+        if witness and report.statement is not None:
+            out["witness"] = report.statement.witness
+            out["witnessed_at_ms"] = report.statement.at_ms
     return out

@@ -95,6 +95,7 @@ def exported_names() -> set[str]:
         "pool_ledger_length",
         "pool_ledger_last_append_timestamp_seconds",
         "pool_ledger_witnessed_length",
+        "pool_ledger_witnessed_timestamp_seconds",
         "pool_snapshot_length",
         "pool_snapshot_age_seconds",
         "pool_fsyncs_total",
@@ -173,7 +174,7 @@ class _PoolCollector(Collector):
         yield from self._ledger(pool)
 
     def _ledger(self, pool: Pool) -> Iterator[Metric]:
-        report = ledger_report(pool, self._witnesses())
+        report = ledger_report(pool, self._witnesses(), witness=True)
         yield GaugeMetricFamily(
             "pool_ledger_length", "Entries in the ledger", value=report["length"]
         )
@@ -188,6 +189,12 @@ class _PoolCollector(Collector):
                 "pool_ledger_witnessed_length",
                 "Ledger length a kept witness receipt vouches for (absent: self-attested)",
                 value=report["witnessed_through"],
+            )
+        if "witnessed_at_ms" in report:
+            yield GaugeMetricFamily(
+                "pool_ledger_witnessed_timestamp_seconds",
+                "When the witness signed that receipt, seconds since the Unix epoch",
+                value=seconds(report["witnessed_at_ms"]),
             )
         folder = pool.snapshots
         newest = folder.newest() if folder is not None else None

@@ -415,9 +415,13 @@ class ClassEstimateOut(BaseModel):
 
 
 class DashboardLedgerOut(LedgerOut):
-    """`GET /v1/ledger`, and the last entry's `at_ms` (absent while the ledger is empty)."""
+    """`GET /v1/ledger`, the last entry's `at_ms` (absent while the ledger is empty), and the
+    witness of the receipt that witnesses it and when that receipt was signed (absent while
+    self-attested)."""
 
     last_at_ms: int | SkipJsonSchema[None] = None
+    witness: str | SkipJsonSchema[None] = None
+    witnessed_at_ms: int | SkipJsonSchema[None] = None
 
 
 class DashboardOut(BaseModel):

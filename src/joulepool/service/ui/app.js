@@ -184,6 +184,7 @@ function drawLedger(data) {
     ...item("head", l.head_hex, { "data-field": "head_hex" }),
     ...item("attestation", l.attestation, { "data-field": "attestation" }),
     ...item("witnessed through", l.witnessed_through !== undefined ? `entry ${l.witnessed_through}` : "never witnessed", { "data-field": "witnessed_through" }),
+    ...item("last witnessed", l.witnessed_at_ms !== undefined ? `${utc(l.witnessed_at_ms)} UTC by ${l.witness}` : "never", { "data-field": "witnessed_at_ms" }),
     ...item("last append", l.last_at_ms !== undefined ? `${utc(l.last_at_ms)} UTC` : "empty ledger"),
     ...item("steward", l.steward));
 }
