@@ -32,11 +32,14 @@ import pytest
 
 from joulepool.claim import Claim
 from joulepool.grade import Energy, Grade
+from joulepool.ledger.keys import KeyPair, load_key_file
+from joulepool.ledger.witness import sign_witness
 from joulepool.pool import open_pool
 from tests.browser import INSTALL_HINT, Chromium, Page, chromium_binary
 from tests.servers import Deployment, Serve, pool_cli, start_serve
 
 MJ = 10**12
+WITNESSED_MS = 1_796_300_000_000
 HOUR_MS = 3_600_000
 REPO = Path(__file__).resolve().parents[2]
 FIELDS = (
@@ -130,6 +133,27 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploymen
             wide = {"id": "r-wide", "entitlement": "robotics", "gang_size": 5}
             wide |= {"devices_per_member": 1, "estimate": {"uj": MJ, "grade": "HwShunt"}}
             assert ops.post("/v1/claims", json=wide).json()["verdict"] == "deny"
+            # An auditor witnesses the ledger as it stands (§6.7): the page says so.
+            head = ops.get("/v1/ledger").json()
+            steward = load_key_file(deployment.folder / "steward.pub").public_key
+            auditor = KeyPair.generate("auditor")
+            receipt = sign_witness(
+                auditor,
+                "steward",
+                bytes.fromhex(head["head_hex"]),
+                head["length"],
+                WITNESSED_MS,
+                steward,
+            )
+            kept = ops.post(
+                "/v1/witness-receipts",
+                json={
+                    "witness": "auditor",
+                    "public_key_hex": auditor.public_key.hex(),
+                    "receipt_hex": receipt.hex(),
+                },
+            )
+            assert kept.json()["attestation"] == "witnessed", kept.text
         yield deployment, serve, past
     finally:
         serve.kill()
@@ -256,7 +280,10 @@ def test_issue18_each_entitlement_shows_the_figures_the_api_and_pool_usage_give(
     )
     assert facts["length"] == str(ledger["length"])
     assert facts["head_hex"] == ledger["head_hex"]
-    assert facts["attestation"] == ledger["attestation"] == "self-attested"
+    assert facts["attestation"] == ledger["attestation"] == "witnessed"
+    assert facts["witnessed_through"] == f"entry {ledger['witnessed_through']}"
+    # 1_796_300_000_000 ms is 2026-12-03 12:13:20 UTC.
+    assert facts["witnessed_at_ms"] == "2026-12-03 12:13:20 UTC by auditor"
 
 
 def test_issue18_a_past_period_chosen_on_the_page_shows_that_periods_figures(
