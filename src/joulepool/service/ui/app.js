@@ -191,8 +191,13 @@ function drawLedger(data) {
 
 function drawPeriods(data) {
   const select = document.getElementById("period");
-  const options = data.periods.map((p) => el("option", { value: p.current ? "" : p.label }, p.current ? `${p.label} (current)` : p.label));
-  select.replaceChildren(...options);
+  const key = data.periods.map((p) => `${p.label}${p.current ? "*" : ""}`).join(",");
+  // Rebuilt only when the list changes, so a list someone has open is not closed under them.
+  if (select.dataset.key !== key) {
+    const options = data.periods.map((p) => el("option", { value: p.current ? "" : p.label }, p.current ? `${p.label} (current)` : p.label));
+    select.replaceChildren(...options);
+    select.dataset.key = key;
+  }
   select.value = chosenPeriod ?? "";
   const p = data.period;
   const bounds = p.start_ms === null ? "all time" : `${utc(p.start_ms)} to ${utc(p.end_ms)} UTC`;
