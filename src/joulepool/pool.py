@@ -320,6 +320,12 @@ class Pool:
         with self._commit_lock:
             return self._replayer.head
 
+    @property
+    def snapshots(self) -> SnapshotFolder | None:
+        """Where this pool keeps its state snapshots (DESIGN.md §4), or None: read by
+        `/metrics` for the newest one's age."""
+        return self._snapshots
+
     def snapshot(self) -> tuple[int, bytes]:
         """Length and head, read together."""
         with self._commit_lock:

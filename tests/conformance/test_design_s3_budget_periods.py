@@ -369,8 +369,8 @@ def test_pool_serve_reports_what_replay_derives_across_boundaries(
         assert past["usage"]["charged_uj"] == periods["periods"][0]["charged_uj"]
         assert http.get("/v1/entitlements/robotics", params={"period": "x"}).status_code == 422
         metrics = http.get("/metrics").text
-        assert "pool_period_end_milliseconds" in metrics
-        assert 'pool_remaining_microjoules{entitlement="robotics"}' in metrics
+        assert "pool_period_end_timestamp_seconds" in metrics
+        assert 'pool_remaining_joules{entitlement="robotics"}' in metrics
 
 
 def test_a_bad_period_on_sighup_keeps_the_old_configuration(

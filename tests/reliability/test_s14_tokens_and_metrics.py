@@ -32,19 +32,28 @@ from tests.servers import Deployment, Serve, pool_cli, serving, sighup, start_se
 
 _figures = Figures("s14_tokens_and_metrics")
 # Per-entitlement usage in the current budget period, and the period's bounds (issue 15).
+# (Issue 18: base units, `_total` counters, every figure of the usage object.)
 USAGE = {
-    "pool_reserved_microjoules",
-    "pool_spent_microjoules",
-    "pool_held_devices",
-    "pool_charged_microjoules",
-    "pool_remaining_microjoules",
+    "pool_guarantee_joules",
+    "pool_committed_joules",
+    "pool_reserved_joules",
+    "pool_charged_joules",
+    "pool_remaining_joules",
+    "pool_borrowed_joules",
+    "pool_devices_held",
+    "pool_devices_guaranteed",
+    "pool_running_claims",
 }
-PERIOD = {"pool_period_start_milliseconds", "pool_period_end_milliseconds"}
+# Only where an entitlement has a `limit_uj` (the example tree: language alone).
+LIMITED = {"language"}
+PERIOD = {"pool_period_start_timestamp_seconds", "pool_period_end_timestamp_seconds"}
+# A tenant reads its own subtree's verdicts (they carry the entitlement label since issue 18).
+VERDICTS = {"pool_verdicts"}
 GLOBAL = {
     "pool_ledger_length",
+    "pool_ledger_last_append_timestamp_seconds",
     "pool_fsyncs",
     "pool_appends",
-    "pool_verdicts",
     "pool_commit_seconds",
 }
 
@@ -114,8 +123,9 @@ def test_operator_and_metrics_tokens_read_every_series(served: Served, who: str)
     r = scrape(served.serve, token)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     found = series(r.text)
-    assert set(found) >= USAGE | PERIOD | GLOBAL, sorted(found)
-    assert set(found["pool_spent_microjoules"]) == {"research", *TEAMS}
+    assert set(found) >= USAGE | PERIOD | VERDICTS | GLOBAL, sorted(found)
+    assert set(found["pool_committed_joules"]) == {"research", *TEAMS}
+    assert set(found["pool_limit_joules"]) == LIMITED
     assert found["pool_ledger_length"][""] >= len(TEAMS)
 
 
@@ -130,14 +140,17 @@ def test_a_tenant_token_reads_only_its_subtree_on_metrics(
     r = scrape(served.serve, token)
     assert r.status_code == 200, r.text
     found = series(r.text)
-    # Only per-entitlement usage and the period's bounds: no verdicts, latencies, ledger
-    # length, appends or fsyncs.
-    assert set(found) == USAGE | PERIOD, sorted(found)
+    # Only per-entitlement usage, its verdicts and the period's bounds: no latencies,
+    # ledger length, appends or fsyncs.
+    limited = {"pool_limit_joules"} if subtree & LIMITED else set()
+    assert set(found) == USAGE | limited | PERIOD | VERDICTS, sorted(found)
     for family in USAGE:
         assert set(found[family]) == subtree, (family, found[family])
+    # Each team had one claim decided; the department itself none.
+    assert set(found["pool_verdicts"]) == subtree & set(TEAMS), found["pool_verdicts"]
     everything = series(scrape(served.serve, served.deployment.operator).text)
-    for family in USAGE:
-        for node in subtree:  # the same figures the operator reads
+    for family in USAGE | limited | VERDICTS:
+        for node in found[family]:  # the same figures the operator reads
             assert found[family][node] == everything[family][node]
     _figures.faults_injected += len(GLOBAL) + len({"research", *TEAMS} - subtree)
 

@@ -362,6 +362,16 @@ class SnapshotFolder:
         found = [self._NAME.match(p.name) for p in self.folder.iterdir()]
         return sorted((int(m.group(1)) for m in found if m), reverse=True)
 
+    def newest(self) -> tuple[int, float] | None:
+        """The newest kept snapshot's length and when it was written (seconds since the
+        epoch, its file's mtime), or None when none is kept (DESIGN.md §4; for `/metrics`)."""
+        for length in self.lengths():
+            try:
+                return length, (self.folder / f"{length:016d}.snapshot").stat().st_mtime
+            except OSError:
+                continue  # removed since it was listed: the next one is the newest
+        return None
+
     def read(self, length: int) -> bytes:
         """The snapshot at `length`, as stored (`SnapshotRefused` if unreadable)."""
         path = self.folder / f"{length:016d}.snapshot"

@@ -34,7 +34,7 @@ from joulepool.execute import idle_policy_from_json, run_case
 from joulepool.grade import Energy, Grade
 from joulepool.idle import IdlePolicy
 from joulepool.ledger.entry import brief as brief_id
-from joulepool.ledger.witness import Attestation, verified_statement
+from joulepool.ledger.witness import verified_statement
 from joulepool.periods import Schedule
 from joulepool.pool import Pool
 from joulepool.service import models as m
@@ -42,11 +42,15 @@ from joulepool.service.access_log import AccessLog, note
 from joulepool.service.apidocs import api_reference
 from joulepool.service.boundary import Boundary, principal_of
 from joulepool.service.committer import Committer
+from joulepool.service.ledger_report import ledger_report
 from joulepool.service.limits import Limits
 from joulepool.service.metrics import Metrics
+from joulepool.service.timeline import Timeline
 from joulepool.service.tokens import Principal, TokenBook
+from joulepool.service.ui import UI_ASSETS, ui_file
+from joulepool.service.verdicts import RECENT
 from joulepool.tree import Tree
-from joulepool.witnesses import attestation, keep_receipt, load_receipts
+from joulepool.witnesses import keep_receipt, load_receipts
 
 CBOR_SEQ = "application/cbor-seq"
 MAX_ENTRIES_PER_READ = 100_000
@@ -369,7 +373,7 @@ def create_app(
 ) -> FastAPI:
     """The application over `service` (API.md), behind its trust boundary (`Boundary`), with
     one access-log line per request on `access_log`'s stream in its format, if given."""
-    metrics = Metrics(lambda: service.pool)
+    metrics = Metrics(lambda: service.pool, lambda: service.witnesses)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -452,15 +456,6 @@ def create_app(
                 403, "forbidden", f"entitlement {entitlement!r} is outside this token's scope"
             )
 
-    counters: dict[tuple[str, str], Any] = {}
-
-    def record(kind: str, reason: str) -> None:
-        # The labelled child is looked up once: `labels()` costs more than the increment.
-        counter = counters.get((kind, reason))
-        if counter is None:
-            counter = counters[kind, reason] = metrics.verdicts.labels(kind, reason)
-        counter.inc()
-
     # -- claims --------------------------------------------------------------------------
 
     @app.post(
@@ -496,12 +491,11 @@ def create_app(
         decision = await committer.submit(claim)
         metrics.commit_seconds.observe(time.perf_counter() - started)
         out = decision.to_json()
+        metrics.verdicts.record(committer.pool.tree, body.entitlement, out, committer.pool.now_ms())
         out["claim"] = body.id  # as the client named it, without the tenant's namespace
         if isinstance(decision.verdict, Admit):
-            record("admit", "")
             note(request.scope, body.id, "admit")
         else:
-            record(decision.verdict.verdict, decision.verdict.reason.value)
             note(
                 request.scope,
                 body.id,
@@ -639,26 +633,11 @@ def create_app(
 
     # -- the ledger ----------------------------------------------------------------------
 
-    def attest(pool: Pool, length: int) -> Any:
-        kept = load_receipts(service.witnesses) if service.witnesses else []
-        return attestation(kept, pool.steward, pool.key.public_key, length, pool.head_at)
-
     @app.get("/v1/ledger", response_model=m.LedgerOut, responses=ERRORS, tags=["ledger"])
     def ledger(_who: Principal = Depends(operator)) -> Response:
         """The ledger's head, length and attestation (§6.8); operators only (API.md, Tokens):
         its length counts every tenant's admissions and releases."""
-        pool = service.fresh_pool()
-        length, head = pool.snapshot()
-        report = attest(pool, length)
-        out: dict[str, Any] = {
-            "steward": pool.steward,
-            "length": length,
-            "head_hex": head.hex(),
-            "attestation": report.attestation.value,
-        }
-        if report.attestation is Attestation.witnessed:
-            out["witnessed_through"] = report.through
-        return JSONResponse(out)
+        return JSONResponse(ledger_report(service.fresh_pool(), service.witnesses))
 
     @app.get(
         "/v1/ledger/entries",
@@ -788,6 +767,53 @@ def create_app(
                 }
             )
         return JSONResponse({"receipts": out})
+
+    # -- the dashboard (issue 18) -----------------------------------------------------------
+
+    timeline = Timeline()
+
+    @app.get(
+        "/v1/dashboard",
+        response_model=m.DashboardOut,
+        responses={**ERRORS, 422: {"model": m.ErrorOut}},
+        tags=["dashboard"],
+    )
+    def dashboard_data(
+        period: str | None = Query(None, description="a budget period, as `pool usage --period`"),
+        verdicts: int = Query(50, ge=1, le=RECENT, description="recent verdicts to list"),
+        who: Principal = Depends(principal),
+    ) -> Response:
+        """What `/ui` shows, as far as the token's scope reaches (DESIGN.md §3, §2.6, §6.8)."""
+        from joulepool.service.dashboard import dashboard
+
+        pool = service.fresh_pool()
+        index = None if period is None else pool.schedule.parse_label(period, "period")
+        out = dashboard(pool, who, timeline, metrics.verdicts, service.witnesses, index, verdicts)
+        return JSONResponse(out)
+
+    @app.get("/ui", response_class=HTMLResponse, tags=["dashboard"])
+    def ui() -> Response:
+        """The dashboard page: static, served from the package, no data until a token is
+        given to it (the data comes from `GET /v1/dashboard`)."""
+        return ui_file("index.html")
+
+    @app.get(
+        "/ui/{name}",
+        response_class=Response,
+        responses={
+            200: {
+                "content": {"text/javascript": {}, "text/css": {}, "image/svg+xml": {}},
+                "description": "a file",
+            },
+            404: {"model": m.ErrorOut},
+        },
+        tags=["dashboard"],
+    )
+    def ui_asset(name: str) -> Response:
+        """The dashboard's script and style sheet."""
+        if name not in UI_ASSETS:
+            raise ApiError(404, "not_found", f"no dashboard file {brief_id(name)}")
+        return ui_file(name)
 
     # -- probes --------------------------------------------------------------------------
 

@@ -26,8 +26,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from joulepool.service.limits import Limits
 from joulepool.service.tokens import Principal, TokenBook
 
-PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json"})
-"""Paths any client may read without a token: the probes and the API's own description."""
+PUBLIC_PATHS = frozenset(
+    {
+        "/healthz",
+        "/readyz",
+        "/docs",
+        "/openapi.json",
+        "/ui",
+        "/ui/app.js",
+        "/ui/app.css",
+        "/ui/favicon.svg",
+    }
+)
+"""Paths any client may read without a token: the probes, the API's own description and the
+dashboard's static files (they hold no figure: the page asks `GET /v1/dashboard` with the
+token it is given, which a browser cannot send when it opens a page)."""
 
 METRICS_PATH = "/metrics"
 """The one path a `metrics` token may read (API.md "Additions")."""

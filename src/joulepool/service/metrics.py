@@ -1,20 +1,109 @@
-"""Prometheus metrics of `pool serve`: verdicts, usage, appends and fsyncs (API.md).
+"""Prometheus metrics of `pool serve` (API.md, Additions; issue 18).
+
+Prometheus's conventions: base units (joules, seconds; timestamps in seconds since the
+Unix epoch), `_total` counters, one `entitlement` label. The ledger and every decision keep
+integer µJ; they are turned into joules here, at the exposition edge, and nowhere else. A
+figure nobody has (no `limit_uj`, a ledger never witnessed, a `none` period's end, no
+snapshot yet) is left out, never written as 0 or +Inf.
+
+Usage figures come from `usage_report.entitlement_reports`, the code path of `pool usage
+--json` and `GET /v1/entitlements`, for one period read once per scrape.
 
 `/metrics` needs a token (API.md, Additions): an operator or `metrics` token reads every
-series; a tenant token reads only its subtree's per-entitlement usage, and nothing about
-the pool as a whole (verdicts, latencies, the ledger's length, appends, fsyncs).
+series; a tenant token reads only its subtree's per-entitlement usage and verdicts, and
+nothing about the pool as a whole (latencies, the ledger, appends, fsyncs).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from joulepool.pool import Pool
+from joulepool.service.ledger_report import ledger_report
 from joulepool.service.tokens import Principal
+from joulepool.service.verdicts import VerdictBook
+
+UJ_PER_J = 10**6
+MS_PER_S = 1000
+
+USAGE_GAUGES = (
+    # (name, help, field of the usage object or of the entitlement, in µJ?)
+    ("pool_guarantee_joules", "Energy guarantee per budget period", "guarantee_uj", True),
+    ("pool_limit_joules", "Energy ceiling per budget period (absent: none)", "limit_uj", True),
+    (
+        "pool_committed_joules",
+        "Committed in the current budget period: charged actuals plus running reservations",
+        "committed_uj",
+        True,
+    ),
+    (
+        "pool_charged_joules",
+        "Released claims' actual energy in the current budget period",
+        "charged_uj",
+        True,
+    ),
+    (
+        "pool_reserved_joules",
+        "Reservations of running claims admitted in the current budget period",
+        "reserved_uj",
+        True,
+    ),
+    (
+        "pool_remaining_joules",
+        "What is left of the guarantee in the current budget period",
+        "remaining_uj",
+        True,
+    ),
+    (
+        "pool_borrowed_joules",
+        "Committed energy past the guarantee, borrowed from siblings' surplus",
+        "borrowed_uj",
+        True,
+    ),
+    ("pool_devices_held", "Devices held by running claims", "held_devices", False),
+    ("pool_devices_guaranteed", "Device guarantee", "guarantee_devices", False),
+    ("pool_running_claims", "Claims running now", "running_claims", False),
+)
+"""The per-entitlement gauges: the entitlement's own figures, as its `usage` object has them."""
+
+COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0)
+
+
+def joules(uj: int) -> float:
+    """µJ as joules, for the exposition only (API.md "Metrics": Prometheus base units)."""
+    return uj / UJ_PER_J
+
+
+def seconds(ms: int) -> float:
+    """A time in ms since the epoch as seconds, for the exposition only (API.md "Metrics")."""
+    return ms / MS_PER_S
+
+
+def exported_names() -> set[str]:
+    """Every metric name `/metrics` may carry, as a PromQL query names it (samples, with
+    their `_total`, `_bucket`, `_sum`, `_count` suffixes): what a dashboard may query."""
+    names = {name for name, *_ in USAGE_GAUGES}
+    names |= {
+        "pool_period_start_timestamp_seconds",
+        "pool_period_end_timestamp_seconds",
+        "pool_ledger_length",
+        "pool_ledger_last_append_timestamp_seconds",
+        "pool_ledger_witnessed_length",
+        "pool_ledger_witnessed_timestamp_seconds",
+        "pool_snapshot_length",
+        "pool_snapshot_age_seconds",
+        "pool_fsyncs_total",
+        "pool_appends_total",
+        "pool_verdicts_total",
+    }
+    names |= {f"pool_commit_seconds{s}" for s in ("_bucket", "_sum", "_count", "_created")}
+    return names
 
 
 class _PoolCollector(Collector):
@@ -23,65 +112,102 @@ class _PoolCollector(Collector):
     With a `tenant`, only the entitlements that principal may act on, and no ledger figures.
     """
 
-    def __init__(self, pool: Callable[[], Pool | None], tenant: Principal | None = None) -> None:
+    def __init__(
+        self,
+        pool: Callable[[], Pool | None],
+        verdicts: VerdictBook,
+        witnesses: Callable[[], Path | None],
+        tenant: Principal | None = None,
+    ) -> None:
         self._pool = pool
+        self._verdicts = verdicts
+        self._witnesses = witnesses
         self._tenant = tenant
 
+    def _visible(self, pool: Pool) -> Callable[[str], bool]:
+        tenant = self._tenant
+        if tenant is None:
+            return lambda _node: True
+        return lambda node: tenant.may_act_on(pool.tree, node)
+
     def collect(self) -> Iterator[Metric]:
+        """The current period's usage (DESIGN.md §3), the verdicts and, for the whole pool, the
+        ledger (§6.1, §6.8), as API.md "Metrics" lists them."""
         pool = self._pool()
         if pool is None:
             return
-        reserved = GaugeMetricFamily(
-            "pool_reserved_microjoules", "Reservations of running claims", labels=["entitlement"]
-        )
-        spent = GaugeMetricFamily(
-            "pool_spent_microjoules",
-            "Spent energy in the current budget period, running reservations included",
-            labels=["entitlement"],
-        )
-        held = GaugeMetricFamily(
-            "pool_held_devices", "Devices held by running claims", labels=["entitlement"]
-        )
-        charged = GaugeMetricFamily(
-            "pool_charged_microjoules",
-            "Released claims' actual energy in the current budget period",
-            labels=["entitlement"],
-        )
-        remaining = GaugeMetricFamily(
-            "pool_remaining_microjoules",
-            "What is left of the guarantee in the current budget period",
-            labels=["entitlement"],
-        )
+        from joulepool.usage_report import entitlement_reports
+
+        visible = self._visible(pool)
         # One period for the whole scrape, so no figure straddles a rollover (DESIGN.md §3).
         period = pool.period()
-        for ent in pool.tree:
-            if self._tenant is not None and not self._tenant.may_act_on(pool.tree, ent.id):
-                continue
-            fig = pool.usage_of(ent.id, period.index)
-            reserved.add_metric([ent.id], fig.reserved_uj)
-            spent.add_metric([ent.id], fig.spent_uj)
-            held.add_metric([ent.id], fig.held_devices)
-            charged.add_metric([ent.id], fig.charged_uj)
-            remaining.add_metric([ent.id], fig.remaining_uj(ent.guarantee_uj))
-        yield reserved
-        yield spent
-        yield held
-        yield charged
-        yield remaining
+        rows = entitlement_reports(pool, [e.id for e in pool.tree if visible(e.id)], period.index)
+        for name, words, field, energy in USAGE_GAUGES:
+            family = GaugeMetricFamily(name, words, labels=["entitlement"])
+            for row in rows:
+                value = row["usage"].get(field, row.get(field))
+                if value is None:
+                    continue  # no limit: no sample, never 0 or +Inf
+                family.add_metric([row["id"]], joules(value) if energy else value)
+            yield family
         if period.start_ms is not None and period.end_ms is not None:
             yield GaugeMetricFamily(
-                "pool_period_start_milliseconds",
-                "Start of the current budget period, ms since the Unix epoch",
-                value=period.start_ms,
+                "pool_period_start_timestamp_seconds",
+                "Start of the current budget period, seconds since the Unix epoch",
+                value=seconds(period.start_ms),
             )
             yield GaugeMetricFamily(
-                "pool_period_end_milliseconds",
+                "pool_period_end_timestamp_seconds",
                 "End of the current budget period, when guarantees renew",
-                value=period.end_ms,
+                value=seconds(period.end_ms),
             )
+        verdicts = CounterMetricFamily(
+            "pool_verdicts",
+            "Verdicts given since the service started, by entitlement, verdict and reason",
+            labels=["entitlement", "verdict", "reason"],
+        )
+        for (node, kind, reason), count in sorted(self._verdicts.counts(visible).items()):
+            verdicts.add_metric([node, kind, reason], count)
+        yield verdicts
         if self._tenant is not None:
             return
-        yield GaugeMetricFamily("pool_ledger_length", "Entries in the ledger", value=pool.length)
+        yield from self._ledger(pool)
+
+    def _ledger(self, pool: Pool) -> Iterator[Metric]:
+        report = ledger_report(pool, self._witnesses(), witness=True)
+        yield GaugeMetricFamily(
+            "pool_ledger_length", "Entries in the ledger", value=report["length"]
+        )
+        if report["length"] > 0:
+            yield GaugeMetricFamily(
+                "pool_ledger_last_append_timestamp_seconds",
+                "The last entry's at_ms, seconds since the Unix epoch",
+                value=seconds(pool.state.last_at_ms),
+            )
+        if "witnessed_through" in report:
+            yield GaugeMetricFamily(
+                "pool_ledger_witnessed_length",
+                "Ledger length a kept witness receipt vouches for (absent: self-attested)",
+                value=report["witnessed_through"],
+            )
+        if "witnessed_at_ms" in report:
+            yield GaugeMetricFamily(
+                "pool_ledger_witnessed_timestamp_seconds",
+                "When the witness signed that receipt, seconds since the Unix epoch",
+                value=seconds(report["witnessed_at_ms"]),
+            )
+        folder = pool.snapshots
+        newest = folder.newest() if folder is not None else None
+        if newest is not None:
+            length, written_s = newest
+            yield GaugeMetricFamily(
+                "pool_snapshot_length", "Ledger length of the newest state snapshot", value=length
+            )
+            yield GaugeMetricFamily(
+                "pool_snapshot_age_seconds",
+                "Seconds since the newest state snapshot was written",
+                value=max(0.0, time.time() - written_s),
+            )
         yield CounterMetricFamily(
             "pool_fsyncs", "Forced writes of ledger appends", value=pool.store.fsyncs
         )
@@ -91,27 +217,28 @@ class _PoolCollector(Collector):
 
 
 class Metrics:
-    """The service's registry and its instruments."""
+    """The service's registry, its instruments and its verdicts."""
 
-    def __init__(self, pool: Callable[[], Pool | None]) -> None:
+    def __init__(
+        self, pool: Callable[[], Pool | None], witnesses: Callable[[], Path | None]
+    ) -> None:
         self._pool = pool
+        self._witnesses = witnesses
+        self.verdicts = VerdictBook()
         self.registry = CollectorRegistry()
-        self.verdicts = Counter(
-            "pool_verdicts", "Verdicts given", ["verdict", "reason"], registry=self.registry
-        )
         self.commit_seconds = Histogram(
             "pool_commit_seconds",
             "Time from a submission or release to its durable answer",
             registry=self.registry,
-            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+            buckets=COMMIT_BUCKETS,
         )
-        self.registry.register(_PoolCollector(pool))
+        self.registry.register(_PoolCollector(pool, self.verdicts, witnesses))
 
     def exposition(self, who: Principal) -> bytes:
         """The Prometheus text `who` may read (API.md, Additions): everything for an operator
-        or a `metrics` token; a tenant's subtree usage only, for a tenant."""
+        or a `metrics` token; a tenant's subtree usage and verdicts only, for a tenant."""
         if who.operator or who.metrics_only:
             return generate_latest(self.registry)
         registry = CollectorRegistry()
-        registry.register(_PoolCollector(self._pool, who))
+        registry.register(_PoolCollector(self._pool, self.verdicts, self._witnesses, who))
         return generate_latest(registry)

@@ -366,3 +366,73 @@ class ErrorOut(BaseModel):
 
     error: str
     detail: str
+
+
+class DashboardPeriodOut(BaseModel):
+    """A budget period the dashboard may show: its label (`pool usage --period`) and bounds."""
+
+    label: str
+    start_ms: int | None
+    end_ms: int | None
+    current: bool
+
+
+class LenderOut(BaseModel):
+    """A sibling whose unspent guarantee is part of the surplus a borrower draws on (§2.2)."""
+
+    id: str
+    remaining_uj: int
+
+
+class VerdictSeenOut(BaseModel):
+    """A verdict this service gave (Queue and Deny are never in the ledger)."""
+
+    at_ms: int
+    claim: str
+    entitlement: str
+    verdict: Literal["admit", "queue", "deny"]
+    reason: str | SkipJsonSchema[None] = None
+    reserved: EnergyOut | SkipJsonSchema[None] = None
+    devices: int | SkipJsonSchema[None] = None
+    borrowed_uj: int | SkipJsonSchema[None] = None
+    seq: int | SkipJsonSchema[None] = None
+    period_end_ms: int | SkipJsonSchema[None] = None
+
+
+class ClassEstimateOut(BaseModel):
+    """What a class earned from the ledger's history (§2.6), with its evidence counts."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    class_: str = Field(alias="class")
+    entitlement: str | SkipJsonSchema[None] = None
+    estimate: EnergyOut | SkipJsonSchema[None] = None
+    min_uj: int | SkipJsonSchema[None] = None
+    max_uj: int | SkipJsonSchema[None] = None
+    declined: str | SkipJsonSchema[None] = None
+    observations: int
+    evidence: int
+
+
+class DashboardLedgerOut(LedgerOut):
+    """`GET /v1/ledger`, the last entry's `at_ms` (absent while the ledger is empty), and the
+    witness of the receipt that witnesses it and when that receipt was signed (absent while
+    self-attested)."""
+
+    last_at_ms: int | SkipJsonSchema[None] = None
+    witness: str | SkipJsonSchema[None] = None
+    witnessed_at_ms: int | SkipJsonSchema[None] = None
+
+
+class DashboardOut(BaseModel):
+    """Everything `/ui` shows, as far as the token's scope reaches, read at one instant."""
+
+    now_ms: int
+    period: DashboardPeriodOut
+    periods: list[DashboardPeriodOut]
+    entitlements: list[EntitlementOut]
+    lenders: dict[str, list[LenderOut]]
+    timeline: dict[str, list[list[int]]]
+    verdicts: list[VerdictSeenOut]
+    estimates: list[ClassEstimateOut]
+    ledger: DashboardLedgerOut | SkipJsonSchema[None] = None

@@ -1,0 +1,164 @@
+"""`GET /v1/dashboard` (issue 18) without a browser: scope decided on the server, a bad
+period refused, and the ledger-history line (`service/timeline.py`) ending at the period's
+committed figure, bounded in memory, with a release moving the period its claim was
+admitted in (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from joulepool.claim import Claim
+from joulepool.grade import Energy, Grade
+from joulepool.periods import Schedule
+from joulepool.pool import Pool
+from joulepool.service.timeline import MAX_POINTS, Timeline
+from joulepool.stores.memory import MemoryStore
+from tests.builders import team_tree
+from tests.ledgers import STEWARD
+from tests.servers import Deployment, Serve, serving, sighup
+
+MJ = 10**12
+DAY_MS = 86_400_000
+
+
+def body(cid: str, ent: str, uj: int) -> dict[str, Any]:
+    return {
+        "id": cid,
+        "entitlement": ent,
+        "gang_size": 1,
+        "devices_per_member": 1,
+        "estimate": {"uj": uj, "grade": "HwShunt"},
+        "class": "train",
+    }
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, Serve]]:
+    run = serving(tmp_path_factory.mktemp("dash") / "d")
+    deployment, serve = next(run)
+    try:
+        with serve.client(deployment.operator) as ops:
+            assert (
+                ops.post("/v1/claims", json=body("v", "vision", 5 * MJ)).json()["verdict"]
+                == "admit"
+            )
+            assert (
+                ops.post("/v1/claims", json=body("l", "language", 35 * MJ)).json()["verdict"]
+                == "admit"
+            )
+            assert (
+                ops.post("/v1/claims", json=body("l2", "language", 40 * MJ)).json()["verdict"]
+                == "queue"
+            )
+        with serve.client(deployment.tenants["robotics"]) as robotics:
+            assert (
+                robotics.post("/v1/claims", json=body("mine", "robotics", MJ)).json()["verdict"]
+                == "admit"
+            )
+        yield deployment, serve
+    finally:
+        run.close()
+
+
+def test_issue18_an_operator_reads_the_whole_tree_and_the_ledger(
+    served: tuple[Deployment, Serve],
+) -> None:
+    deployment, serve = served
+    with serve.client(deployment.operator) as ops:
+        out = ops.get("/v1/dashboard").json()
+        assert out["entitlements"] == ops.get("/v1/entitlements").json()["entitlements"]
+        ledger = ops.get("/v1/ledger").json()
+    assert {k: out["ledger"][k] for k in ledger} == ledger
+    assert out["ledger"]["last_at_ms"] <= out["now_ms"]
+    assert out["period"]["current"] and out["periods"][0] == out["period"]
+    # language borrowed 5 MJ: its shown siblings with unspent guarantee are the lenders.
+    assert {x["id"] for x in out["lenders"]["language"]} == {"vision", "robotics"}
+    assert [(v["claim"], v["verdict"]) for v in out["verdicts"]] == [
+        ("robotics/mine", "admit"),
+        ("l2", "queue"),
+        ("l", "admit"),
+        ("v", "admit"),
+    ]
+    for row in out["entitlements"]:
+        line = out["timeline"].get(row["id"])
+        if row["usage"]["committed_uj"]:
+            assert line is not None and line[-1][1] == row["usage"]["committed_uj"]
+    assert [e["class"] for e in out["estimates"]] == ["train"]
+    assert out["estimates"][0]["observations"] == 0  # nothing released yet
+    assert len(ops_get(serve, deployment.operator, "/v1/dashboard?verdicts=2")["verdicts"]) == 2
+
+
+def ops_get(serve: Serve, token: str, path: str) -> Any:
+    with serve.client(token) as http:
+        r = http.get(path)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+def test_issue18_a_tenant_reads_its_subtree_only_and_no_ledger(
+    served: tuple[Deployment, Serve],
+) -> None:
+    deployment, serve = served
+    out = ops_get(serve, deployment.tenants["robotics"], "/v1/dashboard")
+    assert [e["id"] for e in out["entitlements"]] == ["robotics"]
+    assert set(out["timeline"]) == {"robotics"}
+    assert [(v["claim"], v["entitlement"]) for v in out["verdicts"]] == [("mine", "robotics")]
+    assert out["lenders"] == {}
+    assert [(e["class"], e["entitlement"]) for e in out["estimates"]] == [("train", "robotics")]
+    assert "ledger" not in out
+
+
+def test_issue18_the_dashboard_data_needs_a_reading_token_and_a_real_period(
+    served: tuple[Deployment, Serve],
+) -> None:
+    deployment, serve = served
+    scraper = deployment.add_token("scraper", "metrics")
+    assert "configuration reloaded" in sighup(serve)
+    with serve.client(None) as anyone:
+        assert anyone.get("/v1/dashboard").status_code == 401
+        page = anyone.get("/ui")  # the page holds no figure: public, like /docs
+        assert page.status_code == 200 and "content-security-policy" in page.headers
+        assert anyone.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
+        assert anyone.get("/ui/../v1/ledger").status_code in {401, 404}
+    with serve.client(deployment.operator) as ops:
+        assert ops.get("/ui/nothing.js").json()["error"] == "not_found"
+        bad = ops.get("/v1/dashboard", params={"period": "2026-13"})
+        assert (bad.status_code, bad.json()["error"]) == (422, "invalid_input")
+        assert ops.get("/v1/dashboard", params={"verdicts": 0}).status_code == 422
+    with serve.client(scraper) as metrics_only:
+        refused = metrics_only.get("/v1/dashboard")
+        assert (refused.status_code, refused.json()["error"]) == (403, "forbidden")
+
+
+def test_issue18_the_timeline_ends_at_committed_stays_bounded_and_charges_the_admit_period() -> (
+    None
+):
+    now = {"ms": 10 * DAY_MS}
+    pool = Pool(
+        team_tree(g=10**15), STEWARD, MemoryStore(), clock=lambda: now["ms"], period=Schedule("day")
+    )
+    timeline = Timeline()
+    n = 3 * MAX_POINTS
+    for i in range(n):
+        now["ms"] += 10
+        pool.submit(Claim(f"c{i}", "a", 1, 1, Energy(1000 + i, Grade.HwShunt), "k"))
+        now["ms"] += 10
+        pool.release(f"c{i}", Energy(500, Grade.HwShunt))
+    pool.submit(Claim("late", "a", 1, 1, Energy(7000, Grade.HwShunt)))
+    timeline.catch_up(pool)
+    line = timeline.series(10, ["a", "b"])["a"]
+    assert len(line) <= MAX_POINTS
+    assert line[-1] == [now["ms"], pool.usage_of("a", 10).spent_uj]
+    assert [p[0] for p in line] == sorted(p[0] for p in line)
+    # Released in the next day, the claim's actual still counts in the day it was admitted.
+    now["ms"] = 11 * DAY_MS + 5
+    pool.release("late", Energy(3000, Grade.HwShunt))
+    timeline.catch_up(pool)
+    line = timeline.series(10, ["a"])["a"]
+    assert line[-1] == [11 * DAY_MS + 5, pool.usage_of("a", 10).spent_uj]
+    assert timeline.series(11, ["a"]) == {}
+    assert timeline.periods(["a"]) == [10] and timeline.periods(["b"]) == []
+    assert timeline.classes() == {"k": {"a"}}
