@@ -321,7 +321,7 @@ class Pool:
             return self._replayer.head
 
     @property
-    def snapshots(self) -> SnapshotFolder | None:
+    def snapshots(self) -> Snapshots | None:
         """Where this pool keeps its state snapshots (DESIGN.md §4), or None: read by
         `/metrics` for the newest one's age."""
         return self._snapshots

@@ -85,6 +85,14 @@ def test_design_s4_postgres_snapshots_bound_a_restart_and_a_damaged_one_is_skipp
             }
             refused = ops.post("/v1/claims", json=reused)
         assert (refused.status_code, refused.json()["error"]) == (409, "claim_exists")
+        with again.client(d.operator) as ops:
+            metrics = ops.get("/metrics").text
+        # The snapshot table answers /metrics too: the newest length, and an age that is known.
+        figures = dict(
+            line.split(" ", 1) for line in metrics.splitlines() if line.startswith("pool_snapshot_")
+        )
+        assert int(float(figures["pool_snapshot_length"])) >= kept[0]
+        assert 0 <= float(figures["pool_snapshot_age_seconds"]) < 600
         with psycopg.connect(pg_dsn) as conn:
             row = conn.execute(
                 "SELECT count(*), max(released) FROM pool_ledger_claims WHERE ledger = %s",

@@ -335,6 +335,11 @@ class Snapshots(Protocol):
         """Keep a new snapshot durably, then drop all but the newest `keep`."""
         ...
 
+    def newest(self) -> tuple[int, float] | None:
+        """The newest kept snapshot's length and when it was written (seconds since the
+        epoch), or None when none is kept."""
+        ...
+
 
 class SnapshotFolder:
     """The snapshots of a ledger file, in a folder beside it: `<ledger>.snapshots/`, one

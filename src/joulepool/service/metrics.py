@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from joulepool.errors import StoreError
 from joulepool.pool import Pool
 from joulepool.service.ledger_report import ledger_report
 from joulepool.service.tokens import Principal
@@ -197,7 +198,10 @@ class _PoolCollector(Collector):
                 value=seconds(report["witnessed_at_ms"]),
             )
         folder = pool.snapshots
-        newest = folder.newest() if folder is not None else None
+        try:
+            newest = folder.newest() if folder is not None else None
+        except StoreError:
+            newest = None  # the database cannot say now: no figure, never a made-up one
         if newest is not None:
             length, written_s = newest
             yield GaugeMetricFamily(

@@ -164,11 +164,16 @@ CREATE TABLE IF NOT EXISTS pool_ledger_snapshots (
     ledger text NOT NULL,
     length bigint NOT NULL CHECK (length >= 0),
     snapshot bytea NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (ledger, length)
 )
 """
 _SNAPSHOT_LENGTHS: LiteralString = (
     "SELECT length FROM pool_ledger_snapshots WHERE ledger = %s ORDER BY length DESC"
+)
+_SNAPSHOT_NEWEST: LiteralString = (
+    "SELECT length, extract(epoch FROM written_at)::float8 FROM pool_ledger_snapshots"
+    " WHERE ledger = %s ORDER BY length DESC LIMIT 1"
 )
 _SNAPSHOT_READ: LiteralString = (
     "SELECT snapshot FROM pool_ledger_snapshots WHERE ledger = %s AND length = %s"
@@ -1195,6 +1200,12 @@ class PostgresSnapshots:
         """The lengths of the kept snapshots, newest first."""
         rows = self.store._read_rows("listing snapshots", _SNAPSHOT_LENGTHS, (self.store.ledger,))
         return [int(row[0]) for row in rows]
+
+    def newest(self) -> tuple[int, float] | None:
+        """The newest kept snapshot's length and when it was written (seconds since the
+        epoch, the server's clock), or None when none is kept."""
+        rows = self.store._read_rows("listing snapshots", _SNAPSHOT_NEWEST, (self.store.ledger,))
+        return None if not rows else (int(rows[0][0]), float(rows[0][1]))
 
     def newest_first(self) -> Iterator[tuple[int, bytes | SnapshotRefused]]:
         """Each kept snapshot's length and bytes (or why it cannot be read), newest first."""
