@@ -201,6 +201,9 @@ class Pool:
         # damaged ledger, and not by replaying one shorter than what was acknowledged.
         refuse_rollback(store, [*acknowledged, *marks])
         self.started_from = start[0].length if start is not None else 0
+        seal_with = getattr(store, "seal_with", None)
+        if seal_with is not None and not read_only:
+            seal_with(key.public_key)
         index = claims
         if start is None and claims is not None:
             if read_only:
@@ -281,18 +284,38 @@ class Pool:
         """The steward's verified keys over time (DESIGN.md §4, key rotation)."""
         return self._replayer.keys
 
-    def rotate_key(self, put_in_force: Callable[[int], KeyPair]) -> int:
+    def rotate_key(
+        self, put_in_force: Callable[[int], KeyPair], incoming_key: bytes | None = None
+    ) -> int:
         """Hand sealing to a new key from the next entry on (DESIGN.md §4, key rotation).
 
         `put_in_force(length)` writes the rotation statement for `from_seq = length` (adding
         it to `keys`) and returns the incoming key; it runs under the commit lock, so no
-        entry is sealed between the statement and the switch. Returns that `from_seq`.
+        entry is sealed between the statement and the switch. A store shared by replicas
+        records `incoming_key` (its public key) first, so a replica that missed the rotation
+        seals nothing after it; if the statement then fails, the record is taken back.
+        Returns that `from_seq`.
         """
         if self.read_only:
             raise StoreError("a read-only pool seals nothing, so rotates no key")
         with self._commit_lock:
+            record = getattr(self.store, "record_rotation", None)
+            if record is not None:
+                self.catch_up()  # the statement starts at the shared ledger's length
             length = self._replayer.length
-            incoming = put_in_force(length)
+            if record is not None and incoming_key is not None:
+                record(incoming_key, length)
+            try:
+                incoming = put_in_force(length)
+            except BaseException:
+                if record is not None and incoming_key is not None:
+                    try:
+                        record(self.key.public_key, length)
+                    except PoolError as exc:
+                        # Every replica now refuses to seal: safe, and the next try of the
+                        # same rotation finds its record already made.
+                        log.error("the key rotation's record could not be taken back: %s", exc)
+                raise
             if incoming.public_key != self.keys.key_at(length) or incoming.kid != self.steward:
                 raise PoolError("the incoming key is not the one the rotation put in force")
             self.key = incoming

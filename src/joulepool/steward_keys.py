@@ -180,4 +180,4 @@ def rotate_pending(folder: Path, pool: Pool) -> int | None:
         put_in_force(folder, pool.keys, pool.key, incoming, length)
         return incoming
 
-    return pool.rotate_key(put)
+    return pool.rotate_key(put, incoming.public_key)

@@ -63,6 +63,17 @@ def _rotate(args: argparse.Namespace) -> int:
     # restarted `pool serve`) seals the statement at its length, under that lock.
     write_key_file(folder / NEXT_KEY, incoming)
     result: dict[str, object] = {"public_key_hex": incoming.public_key.hex()}
+    if args.pending:
+        # A ledger in PostgreSQL is not the file in DIR: a replica that holds it puts the
+        # key in force, at the ledger's length, under the ledger's lock.
+        result |= {"state": "pending"}
+        words = (
+            f"new steward key {incoming.public_key.hex()} is pending: send SIGHUP to one "
+            "`pool serve` replica to put it in force, then give the others DIR's rotations/ "
+            "and steward.key and restart them"
+        )
+        emit(args, result, lambda c: c.print(words))
+        return 0
     try:
         pool = open_pool(folder)
     except LedgerLocked as exc:
@@ -120,5 +131,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="replace a deployment's steward key: a rotation statement signed by the old key",
     )
     r.add_argument("dir", metavar="DIR")
+    r.add_argument(
+        "--pending",
+        action="store_true",
+        help="only write the new key as pending, for a running `pool serve` to put in force on "
+        "SIGHUP (required with a ledger in PostgreSQL: DIR's ledger file is not that ledger)",
+    )
     add_json(r)
     r.set_defaults(handler=_rotate)

@@ -118,6 +118,31 @@ _HAS_ALL_TABLES: LiteralString = (
     " AND to_regclass('pool_ledger_config') IS NOT NULL"
     " AND to_regclass('pool_ledger_snapshots') IS NOT NULL"
     " AND to_regclass('pool_ledger_claims') IS NOT NULL"
+    " AND to_regclass('pool_ledger_steward') IS NOT NULL"
+)
+# The steward key that seals the ledger's next entry (DESIGN.md §4, key rotation), checked
+# under the ledger's lock in every section: a replica that missed a rotation seals nothing.
+_STEWARD_SCHEMA: LiteralString = """
+CREATE TABLE IF NOT EXISTS pool_ledger_steward (
+    ledger text PRIMARY KEY,
+    public_key bytea NOT NULL CHECK (octet_length(public_key) = 32),
+    from_seq bigint NOT NULL CHECK (from_seq >= 0),
+    recorded_by text NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+_STEWARD_READ: LiteralString = (
+    "SELECT public_key, from_seq, recorded_by FROM pool_ledger_steward WHERE ledger = %s"
+)
+_STEWARD_FIRST: LiteralString = (
+    "INSERT INTO pool_ledger_steward (ledger, public_key, from_seq, recorded_by)"
+    " VALUES (%s, %s, 0, %s) ON CONFLICT (ledger) DO NOTHING"
+)
+_STEWARD_ROTATE: LiteralString = (
+    "INSERT INTO pool_ledger_steward (ledger, public_key, from_seq, recorded_by)"
+    " VALUES (%s, %s, %s, %s) ON CONFLICT (ledger) DO UPDATE SET public_key ="
+    " excluded.public_key, from_seq = excluded.from_seq, recorded_by = excluded.recorded_by,"
+    " recorded_at = now()"
 )
 # Released claims (§6.4's duplicate check, issue 16), off every replica's heap: one row per
 # claim id, unique per ledger; `covers` the longest length any replica wrote them through.
@@ -335,6 +360,13 @@ class Probe:
 
     length: int
     recorded: RecordedConfig | None
+
+
+class StewardRotated(StoreError):
+    """The ledger's steward key in force is not the one this replica seals with: another
+    replica put a new key in force (DESIGN.md §4), or this one did and the others did not."""
+
+    code = "steward_key_not_in_force"
 
 
 class ConfigMismatch(StoreError):
@@ -777,6 +809,9 @@ class PostgresStore:
         if config_digest is not None and len(config_digest) != 32:
             raise StoreError("a configuration digest is 32 bytes (SHA-256)")
         self.config_digest = config_digest
+        # The public key this replica seals with, checked against the ledger's record in
+        # every section once the pool sets it (DESIGN.md §4, key rotation).
+        self.steward_key: bytes | None = None
         self.recorded_by = f"{socket.gethostname()} pid {os.getpid()}"
         self._fsyncs = 0
         self._commits = 0
@@ -886,6 +921,8 @@ class PostgresStore:
         With no `config_digest` nothing is checked. With one, a ledger with no record gets
         this replica's (in this transaction), and a different record is `ConfigMismatch`.
         """
+        if self.steward_key is not None:
+            self._check_steward(conn, self.steward_key)
         mine = self.config_digest
         if mine is None:
             return self._length_on(conn)
@@ -899,6 +936,66 @@ class PostgresStore:
         if recorded.digest != mine:
             raise self.mismatch(recorded)
         return length
+
+    def _check_steward(self, conn: _Conn, mine: bytes) -> None:
+        """Under the lock: refuse to seal with `mine` when the ledger records another key in
+        force; a ledger with no record takes this replica's (its first key)."""
+        row = conn.execute(_STEWARD_READ, (self.ledger,)).fetchone()
+        if row is None:
+            conn.execute(_STEWARD_FIRST, (self.ledger, mine, self.recorded_by))
+            return
+        if bytes(row[0]) != mine:
+            raise StewardRotated(
+                f"{self.where}: ledger {self.ledger!r} seals with steward key "
+                f"{bytes(row[0]).hex()} from entry {row[1]} (put in force by {row[2]}), and "
+                f"this replica with {mine.hex()}: nothing was written. Give this replica the "
+                "deployment's rotations/ and steward.key, then restart it"
+            )
+
+    def seal_with(self, public_key: bytes) -> None:
+        """Check, in every section from now on, that `public_key` is the ledger's key in
+        force before anything is sealed with it (DESIGN.md §4)."""
+        self.steward_key = public_key
+
+    def record_rotation(self, new: bytes, from_seq: int) -> None:
+        """Record, under the ledger's lock, that `new` seals from entry `from_seq` on
+        (DESIGN.md §4), before the rotation statement is written: only while this replica's
+        key is the one in force and the ledger's length is `from_seq`, so no replica sealed
+        past the rotation's start (recording the same again is a no-op). Otherwise
+        `StewardRotated` or `StoreError`, nothing recorded. From then on this replica checks
+        `new`: every other replica's sections are refused until it is given the new key."""
+        with self._write_lock:
+            conn, length = self._begin(check_config=False)
+            try:
+                row = conn.execute(_STEWARD_READ, (self.ledger,)).fetchone()
+                in_force = None if row is None else bytes(row[0])
+                if row is not None and in_force == new and int(row[1]) == from_seq:
+                    conn.execute("COMMIT")
+                    self.steward_key = new
+                    return
+                if in_force is not None and in_force != self.steward_key:
+                    raise StewardRotated(
+                        f"{self.where}: ledger {self.ledger!r} seals with steward key "
+                        f"{in_force.hex()} (put in force by {row[2] if row else '?'}), not this "
+                        "replica's: the rotation is not recorded"
+                    )
+                if length != from_seq:
+                    raise StoreError(
+                        f"{self.where}: ledger {self.ledger!r} has {length} entries, not "
+                        f"{from_seq}: another replica appended since; the rotation is not "
+                        "recorded, try again"
+                    )
+                conn.execute(_STEWARD_ROTATE, (self.ledger, new, from_seq, self.recorded_by))
+                conn.execute("COMMIT")
+            except psycopg.Error as exc:
+                self._rollback_quietly()
+                raise self._refusal(
+                    "recording a key rotation", exc, "nothing was recorded"
+                ) from None
+            except BaseException:
+                self._rollback_quietly()
+                raise
+        self.steward_key = new
 
     def mismatch(self, recorded: RecordedConfig) -> ConfigMismatch:
         """The refusal of a replica whose configuration is not the recorded one."""
@@ -932,6 +1029,7 @@ class PostgresStore:
                         conn.execute(_CONFIG_SCHEMA)
                         conn.execute(_SNAPSHOT_SCHEMA)
                         conn.execute(_CLAIMS_SCHEMA)
+                        conn.execute(_STEWARD_SCHEMA)
                     return
                 except psycopg.Error as exc:
                     if _lost(conn):
@@ -1156,7 +1254,7 @@ class PostgresStore:
                     ) from None
                 self._rollback_quietly()
                 raise self._refusal(doing, exc, "nothing was written") from None
-            except ConfigMismatch:
+            except (ConfigMismatch, StewardRotated):
                 self._rollback_quietly()
                 raise
 
