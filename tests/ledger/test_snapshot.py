@@ -35,6 +35,9 @@ def deployment(tmp_path: Path, claims: int = 30) -> Path:
             )
             if decision.seq is not None and i % 3:
                 pool.release(f"c{i}", Energy(3 + i, Grade.HwShunt))
+            # A snapshot due while one is still being written waits for the next commit;
+            # on a busy machine that would skip some, so each is let finish here.
+            pool.wait_for_snapshot()
     finally:
         pool.close()
     return folder
