@@ -138,3 +138,20 @@ def sighup(serve: Serve) -> str:
             return said
         time.sleep(0.05)
     raise AssertionError(f"no word on SIGHUP:\n{serve.output()}")
+
+
+def admit_and_release(serve: Serve, token: str, first: int, count: int, uj: int) -> None:
+    """Admit claims `job-<first>`.. of `uj` µJ for vision through the API, releasing each
+    at half its estimate: `count` admissions and `count` releases, each asserted."""
+    with serve.client(token) as ops:
+        for i in range(first, first + count):
+            body = {
+                "id": f"job-{i}",
+                "entitlement": "vision",
+                "gang_size": 1,
+                "devices_per_member": 1,
+                "estimate": {"uj": uj, "grade": "HwShunt"},
+            }
+            assert ops.post("/v1/claims", json=body).json()["verdict"] == "admit"
+            release = {"actual": {"uj": uj // 2, "grade": "HwShunt"}}
+            assert ops.post(f"/v1/claims/job-{i}/release", json=release).status_code == 200

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from joulepool.ledger.snapshot import SnapshotFolder
-from tests.servers import Deployment, start_serve
+from tests.servers import Deployment, admit_and_release, start_serve
 
 MJ = 10**12
 
@@ -19,18 +19,7 @@ def test_design_s4_pool_serve_snapshot_every_seals_a_snapshot_each_n_entries(
     d = Deployment.create(tmp_path / "dep")
     serve = start_serve(d.folder, "--snapshot-every", "4", "--snapshot-seconds", "3600")
     try:
-        with serve.client(d.operator) as ops:
-            for i in range(9):
-                body = {
-                    "id": f"job-{i}",
-                    "entitlement": "vision",
-                    "gang_size": 1,
-                    "devices_per_member": 1,
-                    "estimate": {"uj": MJ, "grade": "HwShunt"},
-                }
-                assert ops.post("/v1/claims", json=body).json()["verdict"] == "admit"
-                release = {"actual": {"uj": MJ // 2, "grade": "HwShunt"}}
-                assert ops.post(f"/v1/claims/job-{i}/release", json=release).status_code == 200
+        admit_and_release(serve, d.operator, 0, 9, MJ)
         folder = SnapshotFolder.beside(d.folder / "ledger.cbor")
         deadline = time.monotonic() + 30
         while not folder.lengths() or folder.lengths()[0] < 16:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from tests.pg import pg_dsn, pg_ledger, pg_server
-from tests.servers import Deployment, Serve, start_serve
+from tests.servers import Deployment, Serve, admit_and_release, start_serve
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_server"]
 
@@ -31,18 +31,7 @@ def lengths(dsn: str, ledger: str) -> list[int]:
 
 
 def traffic(serve: Serve, d: Deployment, first: int, count: int) -> None:
-    with serve.client(d.operator) as ops:
-        for i in range(first, first + count):
-            body = {
-                "id": f"job-{i}",
-                "entitlement": "vision",
-                "gang_size": 1,
-                "devices_per_member": 1,
-                "estimate": {"uj": MJ, "grade": "HwShunt"},
-            }
-            assert ops.post("/v1/claims", json=body).json()["verdict"] == "admit"
-            release = {"actual": {"uj": MJ // 2, "grade": "HwShunt"}}
-            assert ops.post(f"/v1/claims/job-{i}/release", json=release).status_code == 200
+    admit_and_release(serve, d.operator, first, count, MJ)
 
 
 def readiness(serve: Serve, d: Deployment) -> tuple[dict[str, object], int]:
