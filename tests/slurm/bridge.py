@@ -24,16 +24,22 @@ import httpx
 import pytest
 
 from joulepool.bridges.slurm.config import parse_note
-from joulepool.bridges.slurm.install import CONFIG, EPILOG, install_config
+from joulepool.bridges.slurm.install import (
+    CONFIG,
+    EPILOG,
+    GPU_EPILOG,
+    GPU_PROLOG,
+    install_config,
+)
 from joulepool.bridges.slurm.jobs import SlurmJob, list_jobs
-from joulepool.bridges.slurm.testbed import (
+from tests.servers import Deployment, Serve, free_port, start_serve
+from tests.slurm.testbed import (
     ACCOUNTING_PACKAGES,
     CORE_PACKAGES,
     Testbed,
     TestbedOptions,
     missing_requirements,
 )
-from tests.servers import Deployment, Serve, free_port, start_serve
 
 INSTALL_HINT = "needs Slurm, munge, lua-socket and accounting: apt-get install " + " ".join(
     CORE_PACKAGES + ACCOUNTING_PACKAGES
@@ -223,6 +229,7 @@ def start_bridge(period: str | None = None) -> Bridge:
         token.write_text(deployment.operator)
         etc = root / "etc"
         etc.mkdir()
+        dcgm_port = free_port()
         install_config(
             etc,
             url=f"http://127.0.0.1:{port}",
@@ -233,8 +240,19 @@ def start_bridge(period: str | None = None) -> Bridge:
             timeout_ms=900,
             python=interpreter,
             slurm_conf=etc / "slurm.conf",
+            gpu=True,
+            dcgm_url=f"http://127.0.0.1:{dcgm_port}/metrics",
+            gpu_state_dir=root / "gpu-state",
         )
-        bed = Testbed(root, TestbedOptions(epilog_slurmctld=etc / EPILOG))
+        bed = Testbed(
+            root,
+            TestbedOptions(
+                epilog_slurmctld=etc / EPILOG,
+                prolog=etc / GPU_PROLOG,
+                epilog=etc / GPU_EPILOG,
+                dcgm_port=dcgm_port,
+            ),
+        )
         bed.start()
         bridge = Bridge(root, bed, deployment, serve, port, etc / CONFIG)
         bridge.start_agent()

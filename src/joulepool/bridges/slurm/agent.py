@@ -161,7 +161,7 @@ class Agent:
                 continue
             state = self.client.call("GET", f"/v1/claims/{note.claim}")
             if state.status == 200 and state.body.get("state") == "running":
-                report = report_job(job, self.client, self.env)
+                report = report_job(job, self.client, self.env, self.config.gpu_wait)
                 if report is not None:
                     self.log(f"job {job.job_id}: ended unreported; {report.to_json()}")
             self.reported.add(job.job_id)

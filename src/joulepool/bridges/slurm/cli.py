@@ -180,6 +180,8 @@ def _install(args: argparse.Namespace) -> int:
         slurm_user=args.slurm_user,
         slurm_conf=args.slurm_conf,
         force=args.force,
+        gpu=args.gpu,
+        dcgm_url=args.dcgm_url,
     )
     result = {
         "files": {k: str(v) for k, v in done.files.items()},
@@ -238,5 +240,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i.add_argument("--slurm-user", default="slurm", help="owner of the token file (SlurmUser)")
     i.add_argument("--slurm-conf", type=Path, help="slurm.conf path (ETC/slurm.conf)")
     i.add_argument("--force", action="store_true", help="replace the bridge's files")
+    i.add_argument(
+        "--gpu", action="store_true", help="also slurmd's Prolog/Epilog charging GPU energy"
+    )
+    i.add_argument("--dcgm-url", help="the nodes' DCGM exporter, where NVML cannot be read")
     add_json(i)
     i.set_defaults(handler=_install)

@@ -46,6 +46,8 @@ STATES = ("admitted", "releasing", "queued", "unreachable", "denied", "unaccount
 the agent is lifting its hold (a crash between the two is finished on the next pass)."""
 ADMITTED_STATES = ("admitted", "releasing")
 HELD_STATES = ("queued", "unreachable", "denied")
+DEFAULT_GPU_WAIT_S = 30
+DEFAULT_RECONCILE_AFTER_S = 60
 
 
 class BridgeConfigError(InvalidInput):
@@ -65,6 +67,18 @@ class BridgeConfig:
     on_unreachable: str = "hold"
     cluster: str = "slurm"
     accounts: dict[str, str] = field(default_factory=dict)
+    gpu_energy: bool = False
+    """Whether every node runs the GPU Prolog/Epilog (`gpu.py`). Without it a job that held
+    GPUs has no complete figure and is charged its reservation, Estimator."""
+    gpu_wait_s: int = DEFAULT_GPU_WAIT_S
+    """How long the epilog waits for the nodes' GPU figures to arrive."""
+    reconcile_after_s: int = DEFAULT_RECONCILE_AFTER_S
+    """The agent releases a claim whose job ended unreported once it ended this long ago."""
+
+    @property
+    def gpu_wait(self) -> float | None:
+        """`gpu_wait_s` where the nodes publish GPU figures, else None (see `report_job`)."""
+        return float(self.gpu_wait_s) if self.gpu_energy else None
 
     @property
     def fail_open(self) -> bool:
@@ -115,7 +129,16 @@ def read_bridge_config(path: Path) -> BridgeConfig:
     if extra:
         raise BridgeConfigError(f"{where}: {extra[0]}", "unknown table; only [pool] and [accounts]")
     pool = doc.get("pool", {})
-    known = {"url", "token_file", "timeout_ms", "on_unreachable", "cluster"}
+    known = {
+        "url",
+        "token_file",
+        "timeout_ms",
+        "on_unreachable",
+        "cluster",
+        "gpu_energy",
+        "gpu_wait_s",
+        "reconcile_after_s",
+    }
     extra = sorted(set(pool) - known)
     if extra:
         raise BridgeConfigError(
@@ -155,8 +178,29 @@ def read_bridge_config(path: Path) -> BridgeConfig:
                 "an entitlement id of letters, digits and _.:@+/- only",
             )
         mapping[account] = entitlement
+    gpu_energy = pool.get("gpu_energy", False)
+    if type(gpu_energy) is not bool:
+        raise BridgeConfigError(f"{where}: pool.gpu_energy", "must be true or false")
+    waits = {}
+    for key, default, top in (
+        ("gpu_wait_s", DEFAULT_GPU_WAIT_S, 300),
+        ("reconcile_after_s", DEFAULT_RECONCILE_AFTER_S, 86_400),
+    ):
+        value = pool.get(key, default)
+        if type(value) is not int or not 0 <= value <= top:
+            raise BridgeConfigError(f"{where}: pool.{key}", f"an integer from 0 to {top} seconds")
+        waits[key] = value
     return BridgeConfig(
-        path, url.rstrip("/"), Path(token_file), timeout, on_unreachable, cluster, mapping
+        path,
+        url.rstrip("/"),
+        Path(token_file),
+        timeout,
+        on_unreachable,
+        cluster,
+        mapping,
+        gpu_energy,
+        waits["gpu_wait_s"],
+        waits["reconcile_after_s"],
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -133,6 +134,8 @@ class SlurmJob:
     account: str
     oversubscribe: str
     note: PoolNote | None
+    gpus: int = 0
+    """GPUs allocated (scontrol's TRES gres/gpu), over all nodes."""
 
     @property
     def exclusive(self) -> bool:
@@ -146,6 +149,7 @@ _RECORD = {
     "account": re.compile(r"^   Priority=\S+ Nice=\S+ Account=(\S+) ", re.M),
     "state": re.compile(r"^   JobState=(\S+) Reason=(\S+) ", re.M),
     "oversubscribe": re.compile(r"^   OverSubscribe=(\S+) ", re.M),
+    "tres": re.compile(r"^   TRES=(\S*)$", re.M),
 }
 _ADMIN = re.compile(r"^   AdminComment=(\S*) ?$", re.M)
 
@@ -181,11 +185,17 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 first("account"),
                 first("oversubscribe"),
                 parse_note(admin[0]) if admin else None,
+                _gpu_count(first("tres")),
             )
         )
     claims = Counter(j.note.claim for j in jobs if j.note is not None)
     jobs = [j for j in jobs if j.note is None or claims[j.note.claim] == 1]
     return sorted(jobs, key=lambda j: j.job_id)
+
+
+def _gpu_count(tres: str) -> int:
+    m = _GPU_TRES.search(tres)
+    return int(m.group(1)) if m else 0
 
 
 def list_jobs(env: Mapping[str, str], job_id: int | None = None) -> list[SlurmJob]:
@@ -202,8 +212,34 @@ def list_jobs(env: Mapping[str, str], job_id: int | None = None) -> list[SlurmJo
     return parse_scontrol_jobs(out)
 
 
+GPU_ENTRY = re.compile(
+    r"\Apool-gpu:(\d+)=(?:(\d+)/(HwShunt|ModelBased|Estimator)|none/([a-z_]{1,40}))/(\d{1,4})\Z"
+)
+"""A node's GPU figure for one job, in the node's comment (see `gpu.py`)."""
+GRADES = ("HwShunt", "ModelBased", "Estimator")
+"""Best first (§2.3); a sum is graded by its weakest part."""
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnergy:
+    """What sacct says of a finished job: RAPL's figure, its nodes, its GPUs."""
+
+    cpu_uj: int | None
+    """ConsumedEnergyRaw in µJ, None where there is no figure."""
+    nodes: tuple[str, ...]
+    gpus: int
+    """GPUs allocated over all nodes (AllocTRES gres/gpu)."""
+
+
 def consumed_energy_uj(job_id: int, env: Mapping[str, str]) -> int | None:
-    """The job's energy from sacct ConsumedEnergyRaw (joules → µJ), or None when there is none.
+    """The job's energy from sacct ConsumedEnergyRaw (joules → µJ), or None (see `job_energy`)."""
+    return job_energy(job_id, env).cpu_uj
+
+
+def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
+    """RAPL's figure for the job from sacct ConsumedEnergyRaw (joules → µJ), with its nodes
+    and GPU count.
 
     The job's own line when it has a figure; else the `.extern` step (all nodes, the whole
     allocation); else, on one node, the largest step, since a batch job's `.batch` step spans
@@ -211,32 +247,90 @@ def consumed_energy_uj(job_id: int, env: Mapping[str, str]) -> int | None:
     complete figure: steps overlap in time, so summing them would count joules twice.
     """
     out = run_slurm(
-        ["sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,ConsumedEnergyRaw,NNodes"], env
+        [
+            "sacct",
+            "-j",
+            str(job_id),
+            "-n",
+            "-P",
+            "-o",
+            "JobID,ConsumedEnergyRaw,NNodes,NodeList,AllocTRES",
+        ],
+        env,
     )
     job_line: int | None = None
     extern: int | None = None
     steps: list[int] = []
     nodes = 1
+    node_list = ""
+    gpus = 0
     for line in out.splitlines():
         cols = line.strip().split("|")
-        if len(cols) < 3:
+        if len(cols) < 5:
             continue
         jid, raw, nn = cols[0], cols[1].strip(), cols[2].strip()
         figure = None if raw in _NO_FIGURE or not raw.isdigit() else int(raw) * 1_000_000
         if jid == str(job_id):
             job_line = figure
             nodes = int(nn) if nn.isdigit() else 1
+            node_list = cols[3].strip()
+            gpus = _gpu_count(cols[4].strip())
         elif figure is not None and jid.endswith(".extern"):
             extern = figure
         elif figure is not None:
             steps.append(figure)
+    names = _hostnames(node_list, env)
     if job_line is not None:
-        return job_line
+        return JobEnergy(job_line, names, gpus)
     if extern is not None:
-        return extern
+        return JobEnergy(extern, names, gpus)
     if nodes == 1 and steps:
-        return max(steps)
-    return None
+        return JobEnergy(max(steps), names, gpus)
+    return JobEnergy(None, names, gpus)
+
+
+def _hostnames(node_list: str, env: Mapping[str, str]) -> tuple[str, ...]:
+    if not node_list or node_list in ("None", "None assigned"):
+        return ()
+    out = run_slurm(["scontrol", "show", "hostnames", node_list], env)
+    return tuple(n for n in out.split() if n)
+
+
+def gpu_figures(
+    job_id: int, energy: JobEnergy, env: Mapping[str, str], wait_s: float
+) -> tuple[int, str] | None:
+    """The job's GPU energy summed over its nodes, at the weakest grade, or None (§2.3, §2.7).
+
+    Each node's Epilog publishes its figure in the node's comment (`gpu.py`); they arrive
+    while the job completes, so this waits up to `wait_s` until the entries cover every GPU
+    the job held. A node with no figure, or entries that never cover every GPU, leave the
+    job without a complete figure: None, never a partial sum.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        found: list[re.Match[str]] = []
+        for node in energy.nodes:
+            out = run_slurm(["scontrol", "show", "node", node], env)
+            m = re.search(r"^\s*Comment=(.*)$", out, re.M)
+            tokens = m.group(1).strip().split(",") if m else []
+            found += [
+                e
+                for e in (GPU_ENTRY.match(t) for t in tokens)
+                if e is not None and int(e.group(1)) == job_id
+            ]
+        covered = sum(int(e.group(5)) for e in found)
+        if covered >= energy.gpus or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if covered != energy.gpus or any(e.group(2) is None for e in found):
+        return None
+    grade = max((e.group(3) for e in found), key=GRADES.index)
+    return sum(int(e.group(2)) for e in found), grade
+
+
+def weakest(*grades: str) -> str:
+    """The weakest of some grades (§2.3): a sum is never better than its weakest part."""
+    return max(grades, key=GRADES.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,23 +352,37 @@ class Report:
         return out
 
 
-def report_job(job: SlurmJob, client: PoolClient, env: Mapping[str, str]) -> Report | None:
+def report_job(
+    job: SlurmJob, client: PoolClient, env: Mapping[str, str], gpu_wait_s: float | None = None
+) -> Report | None:
     """Release a finished job's claim with what it spent (§6.2), graded by the evidence (§2.3).
 
-    A figure read for an exclusive allocation is HwShunt; on a shared node the node-wide
-    counter covers other jobs too, so the job's figure is a split, ModelBased (§2.5). With no
-    figure at all the claim is charged its reservation, graded Estimator: never 0 (unknown is
-    not a value), never a better grade than the evidence. Returns None for a job that is not
-    the bridge's, or that Pool never admitted.
+    The actual is RAPL's figure (sacct) plus, for a job that held GPUs, the GPU figures its
+    nodes published (`gpu_figures`; `gpu_wait_s` None: the nodes run no GPU Epilog). RAPL's
+    figure read for an exclusive allocation is HwShunt; on a shared node the node-wide
+    counter covers other jobs too, so the job's figure is a split, ModelBased (§2.5). The sum
+    takes its weakest part's grade. Where any part has no figure the claim is charged its
+    reservation, graded Estimator: never 0 (unknown is not a value), never a partial sum,
+    never a better grade than the evidence. Returns None for a job that is not the bridge's,
+    or that Pool never admitted.
     """
     note = job.note
     if note is None:
         return None
     if note.state not in ADMITTED_STATES:
         return Report(job.job_id, note.claim, "not_admitted")
-    energy = consumed_energy_uj(job.job_id, env)
-    if energy is not None:
-        actual, grade = energy, "HwShunt" if job.exclusive else "ModelBased"
+    energy = job_energy(job.job_id, env)
+    if job.gpus > energy.gpus:
+        # sacct lists GPUs only where slurm.conf accounts them (AccountingStorageTRES).
+        energy = JobEnergy(energy.cpu_uj, energy.nodes, job.gpus)
+    figure: tuple[int, str] | None = None
+    if energy.cpu_uj is not None:
+        figure = (energy.cpu_uj, "HwShunt" if job.exclusive else "ModelBased")
+    if figure is not None and energy.gpus > 0:
+        gpu = None if gpu_wait_s is None else gpu_figures(job.job_id, energy, env, gpu_wait_s)
+        figure = None if gpu is None else (figure[0] + gpu[0], weakest(figure[1], gpu[1]))
+    if figure is not None:
+        actual, grade = figure
     else:
         state = client.call("GET", f"/v1/claims/{note.claim}")
         if state.status == 404:

@@ -1,9 +1,9 @@
-"""A real, throwaway single-node Slurm 22.05 for tests, demos and benchmarks of the bridge.
+"""A real, throwaway single-node Slurm 22.05 for the bridge's tests (TEST ONLY).
 
 It follows this project's Slurm bring-up recipe (bringup.sh, its recipe README), done from
 Python and kept hermetic: every daemon is started from the installed Debian packages as a
-child process (munged, mariadbd, slurmdbd, slurmctld, slurmd, and the simulated RAPL meter
-of `fake_rapl`), every file lives under one folder, ports are free ones picked at start,
+child process (munged, mariadbd, slurmdbd, slurmctld, slurmd, the simulated RAPL meter
+of `fake_rapl` and the simulated DCGM exporter of `fake_dcgm`), every file lives under one folder, ports are free ones picked at start,
 and `stop()` ends each child by its PID. Nothing runs under systemd, nothing is left.
 
 The one thing outside the folder is the simulated meter's register files at
@@ -23,6 +23,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -49,14 +50,7 @@ _ACCOUNTING_FILES = {
     "/usr/sbin/mariadbd": "mariadb-server",
 }
 CLUSTER = "pooltest"
-_STAND_IN_DEVICES = (
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/urandom",
-    "/dev/random",
-    "/dev/tty",
-)
+MAX_GPUS = 16
 NODE = "localhost"
 PARTITION = "debug"
 
@@ -123,10 +117,17 @@ class TestbedOptions:
     cpus: int = 8
     """CPUs the node advertises (SlurmdParameters=config_overrides lets it exceed the host)."""
     gpus: int = 4
-    """Count-only `gpu` GRES on the node (no device files: for admission, not for binding)."""
+    """`gpu` GRES on the node, backed by device files the testbed makes (see `_gpu_files`)."""
     watts: int = 100
     """The simulated package's draw."""
+    gpu_watts: int = 250
+    """Each simulated GPU's draw, served by the simulated DCGM exporter."""
+    dcgm_port: int | None = None
+    """The simulated exporter's port (a free one when None)."""
     epilog_slurmctld: Path | None = None
+    prolog: Path | None = None
+    """slurmd's Prolog (run at allocation: PrologFlags=Alloc) and Epilog, as root."""
+    epilog: Path | None = None
     extra_conf: Sequence[str] = ()
 
 
@@ -189,6 +190,8 @@ class Testbed:
         try:
             self._layout()
             self._start_munge()
+            if self.options.gpus:
+                self._start_dcgm()
             if self.options.accounting:
                 self._start_meter()
                 self._start_mariadb()
@@ -215,7 +218,15 @@ class Testbed:
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and self.squeue_ids():
                 time.sleep(0.1)
-        for name in ("slurmd", "slurmctld", "slurmdbd", "mariadb", "munged", "fake_rapl"):
+        for name in (
+            "slurmd",
+            "slurmctld",
+            "slurmdbd",
+            "mariadb",
+            "munged",
+            "fake_rapl",
+            "fake_dcgm",
+        ):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -293,6 +304,7 @@ class Testbed:
         if not self.job_submit.exists():
             self.set_job_submit(NOOP_JOB_SUBMIT)
         self.ports = {name: free_port() for name in ("slurmctld", "slurmd", "slurmdbd", "mariadb")}
+        self.ports["dcgm"] = self.options.dcgm_port or free_port()
 
     def _start(self, name: str, argv: Sequence[str], *, user: str | None = None) -> None:
         out = (self.log / f"{name}.out").open("ab")
@@ -359,8 +371,7 @@ class Testbed:
             "fake_rapl",
             [
                 sys.executable,
-                "-m",
-                "joulepool.bridges.slurm.fake_rapl",
+                str(Path(__file__).with_name("fake_rapl.py")),
                 "--watts",
                 str(self.options.watts),
                 "--ready-file",
@@ -368,6 +379,47 @@ class Testbed:
             ],
         )
         self._wait("the simulated RAPL meter", ready.exists, 10.0)
+
+    @property
+    def dcgm_url(self) -> str:
+        """The simulated DCGM exporter's metrics URL."""
+        return f"http://127.0.0.1:{self.ports['dcgm']}/metrics"
+
+    def reset_gpu_counters(self) -> None:
+        """Reset the simulated GPUs' counters to 0, as a driver reload does."""
+        self.procs["fake_dcgm"].send_signal(signal.SIGUSR1)
+
+    def _start_dcgm(self) -> None:
+        ready = self.root / "fake_dcgm.ready"
+        self._start(
+            "fake_dcgm",
+            [
+                sys.executable,
+                str(Path(__file__).with_name("fake_dcgm.py")),
+                "--port",
+                str(self.ports["dcgm"]),
+                "--gpus",
+                str(self.options.gpus),
+                "--watts",
+                str(self.options.gpu_watts),
+                "--ready-file",
+                str(ready),
+            ],
+        )
+        self._wait("the simulated DCGM exporter", ready.exists, 10.0)
+
+    def _gpu_files(self) -> str:
+        """Character devices standing in for /dev/nvidiaN (slurmd counts a gpu GRES only from
+        device files, and names each GPU by its file's number): clones of /dev/null, which
+        task/none never binds, so they only make the count and the indices."""
+        folder = self.root / "dev"
+        folder.mkdir(exist_ok=True)
+        null = os.stat("/dev/null").st_rdev
+        for i in range(self.options.gpus):
+            path = folder / f"nvidia{i}"
+            if not path.exists():
+                os.mknod(path, 0o666 | stat.S_IFCHR, null)
+        return f"{folder}/nvidia[0-{self.options.gpus - 1}]"
 
     def _start_mariadb(self) -> None:
         data = self.root / "mysql"
@@ -460,6 +512,8 @@ class Testbed:
                 # it looks for the system munged's socket, which the testbed does not start.
                 f"AccountingStoragePass={self.munge_socket}",
                 "AccountingStoreFlags=job_comment",
+                # sacct's AllocTRES lists a job's GPUs only where GPUs are accounted.
+                "AccountingStorageTRES=gres/gpu",
                 "AcctGatherEnergyType=acct_gather_energy/rapl",
                 "AcctGatherNodeFreq=5",
                 "JobAcctGatherFrequency=energy=5,task=5",
@@ -468,20 +522,18 @@ class Testbed:
             lines.append("AccountingStorageType=accounting_storage/none")
         if o.epilog_slurmctld is not None:
             lines.append(f"EpilogSlurmctld={o.epilog_slurmctld}")
+        if o.prolog is not None:
+            lines += [f"Prolog={o.prolog}", "PrologFlags=Alloc"]
+        if o.epilog is not None:
+            lines.append(f"Epilog={o.epilog}")
         gres = ""
         if o.gpus:
             lines.append("GresTypes=gpu")
             gres = f" Gres=gpu:{o.gpus}"
-            # slurmd counts a gpu GRES only from its device files (Count= alone registers 0,
-            # and the node is drained as INVAL). Any character devices do: task/none binds
-            # nothing, so these stand-ins only make the count.
-            if o.gpus > len(_STAND_IN_DEVICES):
-                raise TestbedFailed(
-                    f"at most {len(_STAND_IN_DEVICES)} stand-in GPUs, asked {o.gpus}"
-                )
-            files = ",".join(_STAND_IN_DEVICES[: o.gpus])
+            if o.gpus > MAX_GPUS:
+                raise TestbedFailed(f"at most {MAX_GPUS} simulated GPUs, asked {o.gpus}")
             (self.etc / "gres.conf").write_text(
-                f"NodeName={NODE} Name=gpu File={files}\n", encoding="utf-8"
+                f"NodeName={NODE} Name=gpu File={self._gpu_files()}\n", encoding="utf-8"
             )
         lines += list(o.extra_conf)
         lines += [
