@@ -278,6 +278,17 @@ class Testbed:
         mtime = max(before + 1, int(time.time()) + 1)
         os.utime(self.job_submit, (mtime, mtime))
 
+    def kill_slurmctld(self) -> None:
+        """SIGKILL slurmctld, as a crash would (its scripts' children are left running)."""
+        proc = self.procs.pop("slurmctld")
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def start_slurmctld(self) -> None:
+        """Start slurmctld again from its saved state."""
+        self._start("slurmctld", ["/usr/sbin/slurmctld", "-D"])
+        self._wait("slurmctld", lambda: self.run(["scontrol", "ping"]).returncode == 0, 30.0)
+
     @contextlib.contextmanager
     def meter_stopped(self) -> Iterator[None]:
         """Freeze the simulated meter (SIGSTOP): a job run meanwhile reads no energy."""

@@ -23,7 +23,7 @@ from joulepool.bridges.slurm.config import (
     read_token,
     slurm_env,
 )
-from joulepool.bridges.slurm.jobs import PoolClient, Report, list_jobs, report_job
+from joulepool.bridges.slurm.jobs import RUNS_AGAIN, PoolClient, Report, list_jobs, report_job
 from joulepool.errors import InvalidInput, PoolError
 
 RETRIES_S = (0.5, 1.0, 2.0)
@@ -37,6 +37,10 @@ def run_epilog(config_path: Path, job_id: int) -> Report | None:
     env = slurm_env()
     jobs = list_jobs(env, job_id)
     if not jobs:
+        return None
+    if jobs[0].state in RUNS_AGAIN or jobs[0].end_s is None:
+        # Requeued: this run ended, the job did not (slurmctld clears its EndTime at the
+        # requeue and calls this script all the same); its claim stays open until it does.
         return None
     for pause in (*RETRIES_S, None):
         try:

@@ -78,6 +78,8 @@ def config_text(
         "# true: every GPU node runs pool-gpu-prolog.sh/-epilog.sh, and a job's GPU energy is",
         "# added to RAPL's; false: a job that held GPUs is charged its reservation (Estimator)",
         f"gpu_energy = {'true' if gpu_energy else 'false'}",
+        "# the agent releases a claim whose job ended unreported this many seconds ago",
+        "reconcile_after_s = 60",
         "",
         "# Slurm account = Pool entitlement. A job of an account not listed is rejected.",
         "[accounts]",

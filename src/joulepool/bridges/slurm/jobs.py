@@ -32,6 +32,10 @@ TERMINAL = frozenset(
         "TIMEOUT",
     }
 )
+RUNS_AGAIN = frozenset(
+    {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED"}
+)
+"""States of a job that has not ended: at the end of a run, a requeued job's."""
 _NO_FIGURE = {"", "0", "18446744073709551614", "18446744073709551615", "4294967294"}
 """sacct's ConsumedEnergyRaw when nothing was read: empty, 0, or Slurm's NO_VAL64/INFINITE64.
 A job that ran spent energy; 0 here means no meter, and unknown is not a value."""
@@ -136,6 +140,8 @@ class SlurmJob:
     note: PoolNote | None
     gpus: int = 0
     """GPUs allocated (scontrol's TRES gres/gpu), over all nodes."""
+    end_s: float | None = None
+    """When it ended (epoch seconds), None while it has not."""
 
     @property
     def exclusive(self) -> bool:
@@ -150,6 +156,7 @@ _RECORD = {
     "state": re.compile(r"^   JobState=(\S+) Reason=(\S+) ", re.M),
     "oversubscribe": re.compile(r"^   OverSubscribe=(\S+) ", re.M),
     "tres": re.compile(r"^   TRES=(\S*)$", re.M),
+    "end": re.compile(r"^   StartTime=\S+ EndTime=(\S+) ", re.M),
 }
 _ADMIN = re.compile(r"^   AdminComment=(\S*) ?$", re.M)
 
@@ -186,11 +193,20 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 first("oversubscribe"),
                 parse_note(admin[0]) if admin else None,
                 _gpu_count(first("tres")),
+                _epoch_s(first("end")),
             )
         )
     claims = Counter(j.note.claim for j in jobs if j.note is not None)
     jobs = [j for j in jobs if j.note is None or claims[j.note.claim] == 1]
     return sorted(jobs, key=lambda j: j.job_id)
+
+
+def _epoch_s(text: str) -> float | None:
+    """Slurm's local time (2026-12-03T14:35:43) as epoch seconds; None for Unknown."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
 
 
 def _gpu_count(tres: str) -> int:
@@ -230,6 +246,30 @@ class JobEnergy:
     nodes: tuple[str, ...]
     gpus: int
     """GPUs allocated over all nodes (AllocTRES gres/gpu)."""
+
+
+def ended_jobs(env: Mapping[str, str], since_s: float) -> dict[int, tuple[str, float, PoolNote]]:
+    """The bridge's jobs sacct shows ended since `since_s` (epoch seconds): for each job id, its
+    end state, when it ended (epoch seconds) and its note. A requeued job's record is its
+    latest run's, so it is not listed while it is pending or running again."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since_s))
+    out = run_slurm(
+        ["sacct", "-a", "-X", "-n", "-P", "-S", start, "-o", "JobID,State,End,AdminComment"],
+        env,
+    )
+    found: dict[int, tuple[str, float, PoolNote]] = {}
+    for line in out.splitlines():
+        cols = line.strip().split("|", 3)
+        if len(cols) != 4 or not cols[0].isdigit():
+            continue
+        state = cols[1].split(" ")[0]
+        note = parse_note(cols[3].strip() or None)
+        if state not in TERMINAL or note is None:
+            continue
+        end_s = _epoch_s(cols[2])
+        if end_s is not None:
+            found[int(cols[0])] = (state, end_s, note)
+    return found
 
 
 def consumed_energy_uj(job_id: int, env: Mapping[str, str]) -> int | None:
