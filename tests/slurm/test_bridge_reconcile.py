@@ -113,9 +113,10 @@ def test_s6_2_requeued_job_keeps_its_claim_until_it_really_ends(bridge: Bridge) 
     bridge.wait_job(job_id, lambda j: j.state == "PENDING")
     # Past the grace period, with the epilog and the agent both having seen the first run end.
     time.sleep(8)
-    assert bridge.claim(note.claim)["state"] == "running", bridge.logs() + bridge.bed.run(
-        ["sacct", "-j", str(job_id), "-D", "-o", "JobID,State,End,Start"]
-    ).stdout
+    assert bridge.claim(note.claim)["state"] == "running", (
+        bridge.logs()
+        + bridge.bed.run(["sacct", "-j", str(job_id), "-D", "-o", "JobID,State,End,Start"]).stdout
+    )
     # Slurm holds a requeued job back a while (BeginTime); the administrator lets it go.
     moved = bridge.bed.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
     assert moved.returncode == 0, moved.stderr
