@@ -106,7 +106,8 @@ def test_s6_2_requeued_job_keeps_its_claim_until_it_really_ends(bridge: Bridge) 
         "--requeue",
         "--comment=pool:estimate=1MJ,grade=ModelBased",
         "--wrap",
-        WAIT_FOR_GO,
+        # Long enough for the meter to read each run (it samples every 5 s).
+        "sleep 3; " + WAIT_FOR_GO,
     )
     note = note_of(bridge.wait_job(job_id, lambda j: j.state == "RUNNING"))
     assert bridge.bed.run(["scontrol", "requeue", str(job_id)]).returncode == 0

@@ -35,6 +35,7 @@ from joulepool.bridges.slurm.config import (
 )
 from joulepool.bridges.slurm.jobs import (
     TERMINAL,
+    Ended,
     PoolClient,
     SlurmCommandFailed,
     SlurmJob,
@@ -168,10 +169,10 @@ class Agent:
         whether or not slurmctld still remembers it (MinJobAge); `known` (slurmctld's jobs)
         adds those sacct has not recorded yet. A job in any end state
         (COMPLETED, FAILED, TIMEOUT, NODE_FAIL, CANCELLED, also before it started...) that
-        ended at least `reconcile_after_s` ago and whose claim Pool still holds open is
-        reported as the epilog would, from the same evidence; the grace leaves the epilog
-        its time. A requeued job is PENDING or RUNNING again, not ended: its claim stays
-        until it really ends.
+        ended at least `reconcile_after_s` ago (at once, if it never started: no epilog runs
+        for it) and whose claim Pool still holds open is reported as the epilog would, from
+        the same evidence; the grace leaves the epilog its time. A requeued job is PENDING or
+        RUNNING again, not ended: its claim stays until it really ends.
         """
         now = time.time()
         if now - self.last_reconcile < RECONCILE_EVERY_S:
@@ -182,20 +183,30 @@ class Agent:
         # record counts too while it remembers the job.
         for job in known:
             if job.state in TERMINAL and job.note is not None and job.end_s is not None:
-                ended.setdefault(job.job_id, (job.state, job.end_s, job.note))
+                ended.setdefault(
+                    job.job_id, Ended(job.state, job.end_s, job.note, job.array_job, job.started)
+                )
         self.reported &= set(ended)
-        for job_id, (state, end_s, note) in ended.items():
+        for job_id, end in ended.items():
+            state, note = end.state, end.note
             if job_id in self.reported or note.state not in ADMITTED_STATES:
                 continue
-            if now - end_s < self.config.reconcile_after_s:
+            if end.started and now - end.end_s < self.config.reconcile_after_s:
+                # A job that ran has its epilog at work; one that never did gets none.
                 continue
             current = list_jobs(self.env, job_id)
             if current and current[0].state not in TERMINAL:
                 continue  # requeued since sacct's record was written
             open_claim = self.client.call("GET", f"/v1/claims/{note.claim}")
             if open_claim.status == 200 and open_claim.body.get("state") == "running":
-                job = current[0] if current else SlurmJob(job_id, state, "", "", "", "", note)
+                job = (
+                    current[0]
+                    if current
+                    else SlurmJob(job_id, state, "", "", "", "", note, array_job=end.array_job)
+                )
                 report = report_job(job, self.client, self.env, self.config.gpu_wait)
+                if report is not None and report.outcome == "array_running":
+                    continue  # asked again once the array's last task has ended
                 if report is not None:
                     self.log(f"job {job_id} ended {state} unreported; {report.to_json()}")
             elif open_claim.status not in (200, 404):

@@ -239,6 +239,9 @@ class PoolNote:
     reason: str | None = None
     renews_ms: int | None = None
     """For a job queued on its period's budget: when the period renews (DESIGN.md §3)."""
+    tasks: int | None = None
+    """For a job array: its task count. The claim is the whole array's: every task's energy
+    (`estimate_uj` is tasks × each task's) and the devices of the tasks that may run at once."""
 
     def claim_json(self) -> dict[str, object]:
         """The claim as API.md's `POST /v1/claims` takes it (§2.4)."""
@@ -268,6 +271,7 @@ class PoolNote:
             self.klass,
             reason,
             renews_ms,
+            self.tasks,
         )
 
     def format(self) -> str:
@@ -282,6 +286,8 @@ class PoolNote:
         ]
         if self.klass is not None:
             parts.append(f"class={self.klass}")
+        if self.tasks is not None:
+            parts.append(f"tasks={self.tasks}")
         parts.append(f"state={self.state}")
         if self.reason is not None:
             parts.append(f"reason={self.reason}")
@@ -311,6 +317,9 @@ def parse_note(text: str | None) -> PoolNote | None:
     renews = fields.get("renews_ms")
     if renews is not None and not renews.isdigit():
         return None
+    tasks = fields.get("tasks")
+    if tasks is not None and (not tasks.isdigit() or int(tasks) < 1):
+        return None
     return PoolNote(
         fields["claim"],
         fields["entitlement"],
@@ -322,6 +331,7 @@ def parse_note(text: str | None) -> PoolNote | None:
         fields.get("class"),
         fields.get("reason"),
         None if renews is None else int(renews),
+        None if tasks is None else int(tasks),
     )
 
 

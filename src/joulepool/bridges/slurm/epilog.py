@@ -35,7 +35,8 @@ def run_epilog(config_path: Path, job_id: int) -> Report | None:
     config = read_bridge_config(config_path)
     client = PoolClient(config.url, read_token(config.token_file), HTTP_TIMEOUT_S)
     env = slurm_env()
-    jobs = list_jobs(env, job_id)
+    # For an array's id scontrol lists every task: keep this job's own record.
+    jobs = [j for j in list_jobs(env, job_id) if j.job_id == job_id]
     if not jobs:
         return None
     if jobs[0].state in RUNS_AGAIN or jobs[0].end_s is None:

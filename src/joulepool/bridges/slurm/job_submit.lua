@@ -360,6 +360,54 @@ local function devices(job_desc)
   return gang, cpus, "cpu"
 end
 
+-- Job arrays (docs/slurm.md, "Arrays"): one claim for the whole array, carrying every
+-- task's energy and the devices of the tasks that may run at once (all of them, or the %N
+-- throttle, which Slurm enforces). Returns the task count and how many may run at once.
+local MAX_ARRAY_TASKS = 1000000
+local function array_size(spec)
+  if spec == nil or spec == "" then
+    return nil
+  end
+  local body, throttle = spec:match("^([%d,:%-]+)%%(%d+)$")
+  if not body then
+    body = spec:match("^([%d,:%-]+)$")
+  end
+  if not body then
+    return nil, nil, "--array: '" .. spec .. "' is not understood (0-15, 1,3,5, 0-15:4, %N)"
+  end
+  local count = 0
+  for part in (body .. ","):gmatch("([^,]*),") do
+    local a, b, step = part:match("^(%d+)%-(%d+):(%d+)$")
+    if not a then
+      a, b = part:match("^(%d+)%-(%d+)$")
+      step = "1"
+    end
+    if not a then
+      a = part:match("^(%d+)$")
+      b, step = a, "1"
+    end
+    if not a or #a > 7 or #b > 7 or #step > 7 then
+      return nil, nil, "--array: '" .. part .. "' is not understood (0-15, 1,3,5, 0-15:4, %N)"
+    end
+    a, b, step = tonumber(a), tonumber(b), tonumber(step)
+    if b < a or step < 1 then
+      return nil, nil, "--array: '" .. part .. "' is an empty range"
+    end
+    count = count + math.floor((b - a) / step) + 1
+    if count > MAX_ARRAY_TASKS then
+      return nil, nil, "--array: more than " .. MAX_ARRAY_TASKS .. " tasks"
+    end
+  end
+  local at_once = count
+  if throttle then
+    if #throttle > 7 or tonumber(throttle) < 1 then
+      return nil, nil, "--array: the %N throttle must be at least 1"
+    end
+    at_once = math.min(count, tonumber(throttle))
+  end
+  return count, at_once
+end
+
 -- Energy with its unit, as people say it (issue 17; joulepool.units): 4MJ, 2.5kWh, 750J,
 -- 123uJ, converted to integer microjoules exactly, on digit strings: Lua 5.1 numbers are
 -- doubles. A figure that is not a whole number of microjoules is refused, never rounded.
@@ -479,6 +527,9 @@ local function admin_comment(c, state, reason, renews)
   if c.class then
     parts[#parts + 1] = "class=" .. c.class
   end
+  if c.tasks then
+    parts[#parts + 1] = "tasks=" .. c.tasks
+  end
   parts[#parts + 1] = "state=" .. state
   if reason then
     parts[#parts + 1] = "reason=" .. reason
@@ -546,17 +597,29 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return slurm.ERROR
   end
   local gang, per_member = devices(job_desc)
+  local tasks, at_once, aerr = array_size(job_desc.array_inx)
+  if aerr then
+    slurm.log_user("Pool: " .. aerr)
+    return slurm.ERROR
+  end
+  if tasks then
+    gang = gang * at_once
+  end
   local c = {
     id = "slurm-" .. p.cluster .. "-" .. new_uuid(),
     entitlement = entitlement,
     gang = tostring(gang),
     per_member = tostring(per_member),
     class = want.class,
+    tasks = tasks and tostring(tasks) or nil,
   }
   local token = read_token(p.token_file)
   if token == nil then
     slurm.log_error("pool bridge: cannot read the token file %s", p.token_file)
     c.estimate_uj, c.grade = want.estimate_uj or "0", want.grade or "Estimator"
+    if tasks then
+      c.estimate_uj = times(c.estimate_uj, tonumber(tasks)):gsub("^0+(%d)", "%1")
+    end
     return unreachable(job_desc, p, c, "the bridge's token file is unreadable")
   end
 
@@ -581,11 +644,19 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       return slurm.ERROR
     end
     c.estimate_uj, c.grade = answer.estimate.uj, answer.estimate.grade
+    if type(c.estimate_uj) ~= "string" or not c.estimate_uj:match("^%d+$") then
+      slurm.log_user("Pool: the estimate Pool gave is not a whole number of microjoules")
+      return slurm.ERROR
+    end
   else
     slurm.log_user("Pool: the job carries no energy estimate; give --comment=pool:estimate=4MJ[,grade=ModelBased][,class=C] or --comment=pool:class=C for a class with earned history")
     return slurm.ERROR
   end
 
+  if tasks then
+    -- The estimate is each task's; the array's claim carries every task's.
+    c.estimate_uj = times(c.estimate_uj, tonumber(tasks)):gsub("^0+(%d)", "%1")
+  end
   local status, answer = post(p, token, "/v1/claims", claim_json(c))
   if status == nil then
     return unreachable(job_desc, p, c, answer)

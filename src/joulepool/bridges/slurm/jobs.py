@@ -142,6 +142,10 @@ class SlurmJob:
     """GPUs allocated (scontrol's TRES gres/gpu), over all nodes."""
     end_s: float | None = None
     """When it ended (epoch seconds), None while it has not."""
+    array_job: int | None = None
+    """For a task of a job array, the array's job id."""
+    started: bool = True
+    """Whether it was given nodes (a job cancelled while pending never was)."""
 
     @property
     def exclusive(self) -> bool:
@@ -151,11 +155,13 @@ class SlurmJob:
 
 _RECORD = {
     "job": re.compile(r"\AJobId=(\d+) "),
+    "array": re.compile(r"\AJobId=\d+ ArrayJobId=(\d+) ArrayTaskId=\S+ "),
     "user": re.compile(r"^   UserId=([^(\s]*)\(", re.M),
     "account": re.compile(r"^   Priority=\S+ Nice=\S+ Account=(\S+) ", re.M),
     "state": re.compile(r"^   JobState=(\S+) Reason=(\S+) ", re.M),
     "oversubscribe": re.compile(r"^   OverSubscribe=(\S+) ", re.M),
     "tres": re.compile(r"^   TRES=(\S*)$", re.M),
+    "nodes": re.compile(r"^   NodeList=(\S*)$", re.M),
     "end": re.compile(r"^   StartTime=\S+ EndTime=(\S+) ", re.M),
 }
 _ADMIN = re.compile(r"^   AdminComment=(\S*) ?$", re.M)
@@ -194,10 +200,18 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 parse_note(admin[0]) if admin else None,
                 _gpu_count(first("tres")),
                 _epoch_s(first("end")),
+                int(first("array")) if first("array") else None,
+                first("nodes") not in ("", "(null)"),
             )
         )
-    claims = Counter(j.note.claim for j in jobs if j.note is not None)
-    jobs = [j for j in jobs if j.note is None or claims[j.note.claim] == 1]
+    # The tasks of one array share its note (Slurm copies it as each task starts).
+    claims = Counter(
+        (j.note.claim, j.array_job if j.note.tasks is not None else j.job_id)
+        for j in jobs
+        if j.note is not None
+    )
+    owners = Counter(claim for claim, _ in claims)
+    jobs = [j for j in jobs if j.note is None or owners[j.note.claim] == 1]
     return sorted(jobs, key=lambda j: j.job_id)
 
 
@@ -248,27 +262,56 @@ class JobEnergy:
     """GPUs allocated over all nodes (AllocTRES gres/gpu)."""
 
 
-def ended_jobs(env: Mapping[str, str], since_s: float) -> dict[int, tuple[str, float, PoolNote]]:
-    """The bridge's jobs sacct shows ended since `since_s` (epoch seconds): for each job id, its
-    end state, when it ended (epoch seconds) and its note. A requeued job's record is its
-    latest run's, so it is not listed while it is pending or running again."""
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A bridge job sacct shows ended."""
+
+    state: str
+    end_s: float
+    """When it ended, epoch seconds."""
+    note: PoolNote
+    array_job: int | None = None
+    started: bool = True
+    """Whether it was given nodes: EpilogSlurmctld runs only for a job that was."""
+
+
+_ARRAY_TASK = re.compile(r"\A(\d+)_(\d+)\Z")
+
+
+def ended_jobs(env: Mapping[str, str], since_s: float) -> dict[int, Ended]:
+    """The bridge's jobs sacct shows ended since `since_s` (epoch seconds), by job id. A
+    requeued job's record is its latest run's, so it is not listed while it is pending or
+    running again. An array's tasks are listed each under its own job id."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since_s))
     out = run_slurm(
-        ["sacct", "-a", "-X", "-n", "-P", "-S", start, "-o", "JobID,State,End,AdminComment"],
+        [
+            "sacct",
+            "-a",
+            "-X",
+            "-n",
+            "-P",
+            "-S",
+            start,
+            "-o",
+            "JobIDRaw,JobID,State,End,NodeList,AdminComment",
+        ],
         env,
     )
-    found: dict[int, tuple[str, float, PoolNote]] = {}
+    found: dict[int, Ended] = {}
     for line in out.splitlines():
-        cols = line.strip().split("|", 3)
-        if len(cols) != 4 or not cols[0].isdigit():
+        cols = line.strip().split("|", 5)
+        if len(cols) != 6 or not cols[0].isdigit():
             continue
-        state = cols[1].split(" ")[0]
-        note = parse_note(cols[3].strip() or None)
-        if state not in TERMINAL or note is None:
+        state = cols[2].split(" ")[0]
+        note = parse_note(cols[5].strip() or None)
+        end_s = _epoch_s(cols[3])
+        if state not in TERMINAL or note is None or end_s is None:
             continue
-        end_s = _epoch_s(cols[2])
-        if end_s is not None:
-            found[int(cols[0])] = (state, end_s, note)
+        task = _ARRAY_TASK.match(cols[1])
+        started = cols[4] not in ("", "None assigned", "None")
+        found[int(cols[0])] = Ended(
+            state, end_s, note, int(task.group(1)) if task else None, started
+        )
     return found
 
 
@@ -392,35 +435,86 @@ class Report:
         return out
 
 
+def job_figure(
+    job_id: int, exclusive: bool, gpus: int, env: Mapping[str, str], gpu_wait_s: float | None
+) -> tuple[int, str] | None:
+    """One job's energy and grade (§2.3, §2.5), or None where any part has no figure.
+
+    RAPL's figure (sacct) plus, for a job that held GPUs, the GPU figures its nodes
+    published (`gpu_figures`; `gpu_wait_s` None: the nodes run no GPU Epilog). RAPL's
+    figure read for an exclusive allocation is HwShunt; on a shared node the node-wide
+    counter covers other jobs too, so the job's figure is a split, ModelBased. The sum takes
+    its weakest part's grade; a part with no figure leaves the whole without one.
+    """
+    energy = job_energy(job_id, env)
+    if gpus > energy.gpus:
+        # sacct lists GPUs only where slurm.conf accounts them (AccountingStorageTRES).
+        energy = JobEnergy(energy.cpu_uj, energy.nodes, gpus)
+    if energy.cpu_uj is None:
+        return None
+    figure = (energy.cpu_uj, "HwShunt" if exclusive else "ModelBased")
+    if energy.gpus == 0:
+        return figure
+    gpu = None if gpu_wait_s is None else gpu_figures(job_id, energy, env, gpu_wait_s)
+    return None if gpu is None else (figure[0] + gpu[0], weakest(figure[1], gpu[1]))
+
+
+def array_figure(
+    job: SlurmJob, note: PoolNote, env: Mapping[str, str], gpu_wait_s: float | None
+) -> tuple[int, str] | None:
+    """A job array's energy once every task has ended: each task's figure, summed; a task
+    with no figure, or that never ran, counts its share of the estimate, graded Estimator.
+    None while a task is still pending or running (§6.2: the claim is the whole array's)."""
+    assert job.array_job is not None
+    assert note.tasks is not None
+    out = run_slurm(
+        ["sacct", "-j", str(job.array_job), "-X", "-n", "-P", "-o", "JobIDRaw,JobID,State"], env
+    )
+    tasks: list[int] = []
+    for line in out.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) != 3 or not cols[0].isdigit():
+            continue
+        if int(cols[0]) != job.job_id and cols[2].split(" ")[0] not in TERMINAL:
+            return None
+        if _ARRAY_TASK.match(cols[1]):
+            tasks.append(int(cols[0]))
+    tasks = sorted(set(tasks) | {job.job_id})
+    per_task = note.estimate_uj // note.tasks
+    total, grades = 0, []
+    for task in tasks[: note.tasks]:
+        figure = job_figure(task, job.exclusive, job.gpus, env, gpu_wait_s)
+        total += per_task if figure is None else figure[0]
+        grades.append("Estimator" if figure is None else figure[1])
+    missing = note.tasks - len(tasks[: note.tasks])
+    total += missing * per_task
+    grades += ["Estimator"] * (missing > 0)
+    return total, weakest(*grades)
+
+
 def report_job(
     job: SlurmJob, client: PoolClient, env: Mapping[str, str], gpu_wait_s: float | None = None
 ) -> Report | None:
     """Release a finished job's claim with what it spent (§6.2), graded by the evidence (§2.3).
 
-    The actual is RAPL's figure (sacct) plus, for a job that held GPUs, the GPU figures its
-    nodes published (`gpu_figures`; `gpu_wait_s` None: the nodes run no GPU Epilog). RAPL's
-    figure read for an exclusive allocation is HwShunt; on a shared node the node-wide
-    counter covers other jobs too, so the job's figure is a split, ModelBased (§2.5). The sum
-    takes its weakest part's grade. Where any part has no figure the claim is charged its
-    reservation, graded Estimator: never 0 (unknown is not a value), never a partial sum,
-    never a better grade than the evidence. Returns None for a job that is not the bridge's,
-    or that Pool never admitted.
+    The actual is `job_figure`'s (for a task of an array, `array_figure`'s, once the whole
+    array has ended). Where there is no figure the claim is charged its reservation, graded
+    Estimator: never 0 (unknown is not a value), never a partial sum, never a better grade
+    than the evidence. Returns None for a job that is not the bridge's, or that Pool never
+    admitted; outcome `array_running` while other tasks of its array have not ended.
     """
     note = job.note
     if note is None:
         return None
     if note.state not in ADMITTED_STATES:
         return Report(job.job_id, note.claim, "not_admitted")
-    energy = job_energy(job.job_id, env)
-    if job.gpus > energy.gpus:
-        # sacct lists GPUs only where slurm.conf accounts them (AccountingStorageTRES).
-        energy = JobEnergy(energy.cpu_uj, energy.nodes, job.gpus)
-    figure: tuple[int, str] | None = None
-    if energy.cpu_uj is not None:
-        figure = (energy.cpu_uj, "HwShunt" if job.exclusive else "ModelBased")
-    if figure is not None and energy.gpus > 0:
-        gpu = None if gpu_wait_s is None else gpu_figures(job.job_id, energy, env, gpu_wait_s)
-        figure = None if gpu is None else (figure[0] + gpu[0], weakest(figure[1], gpu[1]))
+    figure: tuple[int, str] | None
+    if note.tasks is not None and job.array_job is not None:
+        figure = array_figure(job, note, env, gpu_wait_s)
+        if figure is None:
+            return Report(job.job_id, note.claim, "array_running")
+    else:
+        figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s)
     if figure is not None:
         actual, grade = figure
     else:
