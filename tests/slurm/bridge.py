@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -83,12 +84,21 @@ class Bridge:
     config: Path
     agent: subprocess.Popen[bytes] | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    tls: dict[str, Path] | None = None
+    """With TLS: `pool serve`'s certificate and key, and the CA that signed it."""
 
     # -- Pool ------------------------------------------------------------------------------
 
     def pool(self) -> httpx.Client:
         """An operator client of the running `pool serve`."""
-        return self.serve.client(self.deployment.operator)
+        if self.tls is None:
+            return self.serve.client(self.deployment.operator)
+        return httpx.Client(
+            base_url=f"https://127.0.0.1:{self.port}",
+            headers={"Authorization": f"Bearer {self.deployment.operator}"},
+            verify=ssl.create_default_context(cafile=str(self.tls["ca"])),
+            timeout=30,
+        )
 
     def claim(self, claim_id: str) -> dict[str, Any]:
         """GET /v1/claims/{id}."""
@@ -103,7 +113,7 @@ class Bridge:
 
     def start_pool(self) -> None:
         """Start `pool serve` again on the same port and folder."""
-        self.serve = start_serve(self.deployment.folder, port=self.port)
+        self.serve = serve_pool(self.deployment.folder, self.port, self.tls)
 
     # -- Slurm -----------------------------------------------------------------------------
 
@@ -209,9 +219,30 @@ def note_of(job: SlurmJob) -> Any:
     return job.note
 
 
-def start_bridge(period: str | None = None) -> Bridge:
+def serve_pool(folder: Path, port: int, tls: dict[str, Path] | None) -> Serve:
+    """`pool serve` on `port`, over TLS with `tls`'s certificate, ready."""
+    if tls is None:
+        return start_serve(folder, port=port)
+    serve = start_serve(
+        folder, "--tls-cert", str(tls["cert"]), "--tls-key", str(tls["key"]), wait=False, port=port
+    )
+    trust = ssl.create_default_context(cafile=str(tls["ca"]))
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"https://127.0.0.1:{port}/readyz", verify=trust, timeout=2).is_success:
+                return serve
+        except httpx.TransportError:
+            pass
+        if serve.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"pool serve over TLS did not come up:\n{serve.output()}")
+        time.sleep(0.05)
+
+
+def start_bridge(period: str | None = None, tls: dict[str, Path] | None = None) -> Bridge:
     """Bring up Pool, Slurm with the bridge installed, and the agent; `period` replaces
-    the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default."""
+    the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default;
+    with `tls` (certificate, key, CA), `pool serve` speaks only TLS and the bridge verifies it."""
     require_slurm()
     interpreter = python_for("slurm")
     root = Path(tempfile.mkdtemp(prefix="joulepool-slurm-"))
@@ -223,7 +254,7 @@ def start_bridge(period: str | None = None) -> Bridge:
             config = deployment.folder / "pool.toml"
             config.write_text(config.read_text().replace('[period]\nkind = "month"\n', period))
         port = free_port()
-        serve = start_serve(deployment.folder, port=port)
+        serve = serve_pool(deployment.folder, port, tls)
         started.append(lambda: serve.kill(signal.SIGTERM))
         token = root / "operator.token"
         token.write_text(deployment.operator)
@@ -232,7 +263,8 @@ def start_bridge(period: str | None = None) -> Bridge:
         dcgm_port = free_port()
         install_config(
             etc,
-            url=f"http://127.0.0.1:{port}",
+            url=f"{'https' if tls else 'http'}://127.0.0.1:{port}",
+            ca_file=None if tls is None else tls["ca"],
             token=deployment.operator,
             accounts=ACCOUNTS,
             cluster="pooltest",
@@ -254,7 +286,7 @@ def start_bridge(period: str | None = None) -> Bridge:
             ),
         )
         bed.start()
-        bridge = Bridge(root, bed, deployment, serve, port, etc / CONFIG)
+        bridge = Bridge(root, bed, deployment, serve, port, etc / CONFIG, tls=tls)
         bridge.start_agent()
         return bridge
     except BaseException:

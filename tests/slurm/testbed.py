@@ -35,7 +35,7 @@ from pathlib import Path
 from joulepool.errors import PoolError
 from joulepool.files import write_atomically
 
-CORE_PACKAGES = ("slurm-wlm", "munge", "lua-socket")
+CORE_PACKAGES = ("slurm-wlm", "munge", "lua-socket", "lua-sec")
 ACCOUNTING_PACKAGES = ("slurmdbd", "slurm-wlm-mysql-plugin", "mariadb-server")
 _CORE_FILES = {
     "/usr/sbin/slurmctld": "slurm-wlm",
@@ -43,6 +43,7 @@ _CORE_FILES = {
     "/usr/bin/sbatch": "slurm-wlm",
     "/usr/sbin/munged": "munge",
     "/usr/share/lua/5.1/socket/http.lua": "lua-socket",
+    "/usr/share/lua/5.1/ssl.lua": "lua-sec",
 }
 _ACCOUNTING_FILES = {
     "/usr/sbin/slurmdbd": "slurmdbd",

@@ -73,7 +73,9 @@ class Agent:
     @classmethod
     def from_config(cls, config: BridgeConfig, env: Mapping[str, str]) -> Agent:
         """An agent with the configured token (a 10 s HTTP timeout: it stalls nobody)."""
-        return cls(config, env, PoolClient(config.url, read_token(config.token_file), 10.0))
+        return cls(
+            config, env, PoolClient(config.url, read_token(config.token_file), 10.0, config.ca_file)
+        )
 
     def scontrol(self, *args: str) -> None:
         """Run scontrol as this (root) process: holds set here are administrator's holds."""

@@ -182,6 +182,7 @@ def _install(args: argparse.Namespace) -> int:
         force=args.force,
         gpu=args.gpu,
         dcgm_url=args.dcgm_url,
+        ca_file=args.ca_file,
     )
     result = {
         "files": {k: str(v) for k, v in done.files.items()},
@@ -228,7 +229,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     i = ssub.add_parser("install-config", help="write job_submit.lua, the config, token and epilog")
     i.add_argument("etc", metavar="ETC", help="the folder of slurm.conf, e.g. /etc/slurm")
-    i.add_argument("--url", required=True, help="pool serve's address, http://host:port")
+    i.add_argument("--url", required=True, help="pool serve's address, http(s)://host:port")
+    i.add_argument("--ca-file", type=Path, help="CAs vouching for pool serve's certificate (https)")
     i.add_argument(
         "--token-from", required=True, metavar="FILE", help="a file holding an operator token, or -"
     )

@@ -6,7 +6,8 @@ it keeps to the TOML subset the Lua parser understands, and `read_bridge_config`
 anything outside it, naming the line's key, before slurmctld ever sees it:
 
     [pool]
-    url = "http://127.0.0.1:7460"            # http only: the Lua side has no TLS
+    url = "https://pool.example:7460"        # http:// or https:// (verified, see ca_file)
+    ca_file = "/etc/slurm/pool-ca.pem"       # CAs for https (default: the system's)
     token_file = "/etc/slurm/pool-bridge.token"   # readable by SlurmUser only
     timeout_ms = 500                         # the whole exchange, at submission
     on_unreachable = "hold"                  # "hold" (fail-closed) or "admit" (fail-open)
@@ -74,6 +75,8 @@ class BridgeConfig:
     """How long the epilog waits for the nodes' GPU figures to arrive."""
     reconcile_after_s: int = DEFAULT_RECONCILE_AFTER_S
     """The agent releases a claim whose job ended unreported once it ended this long ago."""
+    ca_file: Path | None = None
+    """For an https URL: the CAs that may vouch for Pool's certificate (None: the system's)."""
 
     @property
     def gpu_wait(self) -> float | None:
@@ -138,6 +141,7 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         "gpu_energy",
         "gpu_wait_s",
         "reconcile_after_s",
+        "ca_file",
     }
     extra = sorted(set(pool) - known)
     if extra:
@@ -145,10 +149,11 @@ def read_bridge_config(path: Path) -> BridgeConfig:
             f"{where}: pool.{extra[0]}", f"unknown key (known: {', '.join(sorted(known))})"
         )
     url = pool.get("url")
-    if not isinstance(url, str) or not re.fullmatch(r"http://[^:/\s]+(:\d+)?/?", url):
-        raise BridgeConfigError(
-            f"{where}: pool.url", "must be http://host[:port] (job_submit.lua speaks plain HTTP)"
-        )
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^:/\s\"]+(:\d+)?/?", url):
+        raise BridgeConfigError(f"{where}: pool.url", "must be http(s)://host[:port]")
+    ca_file = pool.get("ca_file")
+    if ca_file is not None and (not isinstance(ca_file, str) or not ca_file.startswith("/")):
+        raise BridgeConfigError(f"{where}: pool.ca_file", "must be an absolute path")
     token_file = pool.get("token_file")
     if not isinstance(token_file, str) or not token_file.startswith("/"):
         raise BridgeConfigError(f"{where}: pool.token_file", "must be an absolute path")
@@ -201,6 +206,7 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         gpu_energy,
         waits["gpu_wait_s"],
         waits["reconcile_after_s"],
+        None if ca_file is None else Path(ca_file),
     )
 
 

@@ -33,7 +33,7 @@ HTTP_TIMEOUT_S = 10.0
 def run_epilog(config_path: Path, job_id: int) -> Report | None:
     """Report job `job_id` (§6.2), retrying while Pool is unreachable; None if not the bridge's."""
     config = read_bridge_config(config_path)
-    client = PoolClient(config.url, read_token(config.token_file), HTTP_TIMEOUT_S)
+    client = PoolClient(config.url, read_token(config.token_file), HTTP_TIMEOUT_S, config.ca_file)
     env = slurm_env()
     # For an array's id scontrol lists every task: keep this job's own record.
     jobs = [j for j in list_jobs(env, job_id) if j.job_id == job_id]

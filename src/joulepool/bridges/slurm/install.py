@@ -63,6 +63,7 @@ def config_text(
     timeout_ms: int,
     fail_open: bool,
     gpu_energy: bool = False,
+    ca_file: Path | None = None,
 ) -> str:
     """The text of `pool-bridge.toml` (the TOML subset job_submit.lua reads)."""
     lines = [
@@ -70,6 +71,7 @@ def config_text(
         "# `pool slurm agent`. Check after editing: pool slurm check-config THIS_FILE",
         "[pool]",
         f'url = "{url}"',
+        *([f'ca_file = "{ca_file}"'] if ca_file is not None else []),
         f'token_file = "{token_file}"',
         f"timeout_ms = {timeout_ms}",
         "# hold: a job waits while Pool is unreachable (fail-closed); admit: it runs unaccounted",
@@ -105,6 +107,7 @@ def install_config(
     dcgm_url: str | None = None,
     gpu_state_dir: Path = GPU_STATE_DIR,
     node_python: str | None = None,
+    ca_file: Path | None = None,
 ) -> Installed:
     """Write the bridge's files into `etc` (see the module docstring).
 
@@ -131,6 +134,7 @@ def install_config(
     except KeyError:
         raise BridgeConfigError("--slurm-user", f"no user {slurm_user!r} on this host") from None
     etc = etc.resolve()
+    ca_file = None if ca_file is None else ca_file.resolve()
     names = (LUA, CONFIG, TOKEN, EPILOG) + ((GPU_PROLOG, GPU_EPILOG) if gpu else ())
     paths = {name: etc / name for name in names}
     if not force:
@@ -158,6 +162,7 @@ def install_config(
         timeout_ms=timeout_ms,
         fail_open=fail_open,
         gpu_energy=gpu,
+        ca_file=ca_file,
     )
     _write(paths[CONFIG], text, 0o644)
     read_bridge_config(paths[CONFIG])

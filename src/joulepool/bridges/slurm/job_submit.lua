@@ -92,14 +92,18 @@ local function read_config(path)
   if type(p.url) ~= "string" or type(p.token_file) ~= "string" then
     return nil, path .. ": [pool] needs url and token_file"
   end
-  p.host, p.port = p.url:match("^http://([^:/]+):(%d+)/?$")
+  local scheme
+  scheme, p.host, p.port = p.url:match("^(https?)://([^:/]+):(%d+)/?$")
   if not p.host then
-    p.host = p.url:match("^http://([^:/]+)/?$")
-    p.port = "80"
+    scheme, p.host = p.url:match("^(https?)://([^:/]+)/?$")
+    p.port = scheme == "https" and "443" or "80"
   end
   if not p.host then
-    return nil, path .. ": [pool] url must be http://host[:port]"
+    return nil, path .. ": [pool] url must be http(s)://host[:port]"
   end
+  -- https: the certificate is verified against ca_file (the system's CAs by default).
+  p.tls = scheme == "https"
+  p.ca_file = p.ca_file or "/etc/ssl/certs/ca-certificates.crt"
   p.timeout = tonumber(p.timeout_ms or "500") / 1000
   p.fail_open = (p.on_unreachable == "admit")
   p.cluster = p.cluster or "slurm"
@@ -245,7 +249,59 @@ local function json_decode(s)
 end
 
 -- ---------------------------------------------------------------------------------------
--- HTTP/1.0 over LuaSocket with one deadline for the whole exchange
+-- HTTP/1.0 over LuaSocket (and LuaSec for https) with one deadline for the whole exchange
+
+-- Whether the server's certificate names `host` in its subjectAltName, exactly (a DNS name
+-- or an IP address; no wildcards): LuaSec checks the chain, not the name.
+local function names_host(cert, host)
+  if cert == nil then
+    return false
+  end
+  local ok, ext = pcall(cert.extensions, cert)
+  local san = ok and ext and ext["2.5.29.17"]
+  if type(san) ~= "table" then
+    return false
+  end
+  for _, kind in ipairs({ "dNSName", "iPAddress" }) do
+    for _, name in ipairs(san[kind] or {}) do
+      if string.lower(name) == string.lower(host) then
+        return true
+      end
+    end
+  end
+  return false
+end
+
+local function tls_wrap(p, conn, left)
+  local ok, ssl = pcall(require, "ssl")
+  if not ok then
+    return nil, "lua-sec is not installed on the controller (apt-get install lua-sec)"
+  end
+  local wrapped, err = ssl.wrap(conn, {
+    mode = "client",
+    protocol = "any",
+    verify = { "peer", "fail_if_no_peer_cert" },
+    cafile = p.ca_file,
+    options = { "all", "no_sslv2", "no_sslv3" },
+  })
+  if not wrapped then
+    return nil, "TLS to " .. p.url .. ": " .. tostring(err)
+  end
+  if not p.host:match("^[%d%.]+$") and wrapped.sni then
+    wrapped:sni(p.host)
+  end
+  wrapped:settimeout(left())
+  local shook, herr = wrapped:dohandshake()
+  if not shook then
+    wrapped:close()
+    return nil, "TLS handshake with " .. p.url .. " (" .. p.ca_file .. "): " .. tostring(herr)
+  end
+  if not names_host(wrapped:getpeercertificate(), p.host) then
+    wrapped:close()
+    return nil, "TLS: the certificate of " .. p.url .. " does not name " .. p.host
+  end
+  return wrapped
+end
 
 local function post(p, token, path, body)
   local ok, socket = pcall(require, "socket")
@@ -262,6 +318,14 @@ local function post(p, token, path, body)
   if not okc then
     conn:close()
     return nil, "connect to " .. p.url .. ": " .. tostring(err)
+  end
+  if p.tls then
+    local wrapped, terr = tls_wrap(p, conn, left)
+    if not wrapped then
+      conn:close()
+      return nil, terr
+    end
+    conn = wrapped
   end
   local request = "POST " .. path .. " HTTP/1.0\r\n"
     .. "Host: " .. p.host .. "\r\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -14,6 +15,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from joulepool.bridges.slurm.config import ADMITTED_STATES, PoolNote, PoolUnreachable, parse_note
@@ -64,15 +66,22 @@ class PoolAnswer:
 class PoolClient:
     """A minimal client of `pool serve` (API.md), standard library only."""
 
-    def __init__(self, url: str, token: str, timeout_s: float) -> None:
+    def __init__(self, url: str, token: str, timeout_s: float, ca_file: Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
+        # https: the certificate chain and the host name are checked, against `ca_file`
+        # where given, else the system's CAs; never unverified.
+        self.context = (
+            ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+            if self.url.startswith("https://")
+            else None
+        )
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> PoolAnswer:
         """One request; a transport failure raises `PoolUnreachable`, an HTTP error is returned."""
         data = None if body is None else json.dumps(body).encode()
-        # read_bridge_config admits http:// URLs only, so no file: or custom scheme.
+        # read_bridge_config admits http(s):// URLs only, so no file: or custom scheme.
         req = urllib.request.Request(  # noqa: S310
             self.url + path,
             data=data,
@@ -80,7 +89,9 @@ class PoolClient:
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+            with urllib.request.urlopen(  # noqa: S310
+                req, timeout=self.timeout_s, context=self.context
+            ) as resp:
                 return PoolAnswer(resp.status, _json(resp.read()))
         except urllib.error.HTTPError as exc:
             return PoolAnswer(exc.code, _json(exc.read()))
