@@ -239,7 +239,9 @@ def serve_pool(folder: Path, port: int, tls: dict[str, Path] | None) -> Serve:
         time.sleep(0.05)
 
 
-def start_bridge(period: str | None = None, tls: dict[str, Path] | None = None) -> Bridge:
+def start_bridge(
+    period: str | None = None, tls: dict[str, Path] | None = None, nodes: int = 1
+) -> Bridge:
     """Bring up Pool, Slurm with the bridge installed, and the agent; `period` replaces
     the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default;
     with `tls` (certificate, key, CA), `pool serve` speaks only TLS and the bridge verifies it."""
@@ -283,6 +285,7 @@ def start_bridge(period: str | None = None, tls: dict[str, Path] | None = None) 
                 prolog=etc / GPU_PROLOG,
                 epilog=etc / GPU_EPILOG,
                 dcgm_port=dcgm_port,
+                nodes=nodes,
             ),
         )
         bed.start()

@@ -117,8 +117,10 @@ class TestbedOptions:
     """slurmdbd + MariaDB, and energy from the simulated RAPL meter (sacct ConsumedEnergyRaw)."""
     cpus: int = 8
     """CPUs the node advertises (SlurmdParameters=config_overrides lets it exceed the host)."""
+    nodes: int = 1
+    """slurmd daemons, each its own node (Slurm's multiple-slurmd: one host, one port each)."""
     gpus: int = 4
-    """`gpu` GRES on the node, backed by device files the testbed makes (see `_gpu_files`)."""
+    """`gpu` GRES on each node, backed by device files the testbed makes (see `_gpu_files`)."""
     watts: int = 100
     """The simulated package's draw."""
     gpu_watts: int = 250
@@ -199,8 +201,10 @@ class Testbed:
                 self._start_slurmdbd()
             self._write_slurm_conf()
             self._start("slurmctld", ["/usr/sbin/slurmctld", "-D"])
-            self._start("slurmd", ["/usr/sbin/slurmd", "-D", "-N", NODE])
-            self._wait("node idle", self._node_idle, 20.0)
+            for node in self.node_names:
+                (self.root / "spool" / node).mkdir(exist_ok=True)
+                self._start(f"slurmd-{node}", ["/usr/sbin/slurmd", "-D", "-N", node])
+            self._wait("node idle", self._node_idle, 30.0)
         except BaseException:
             self.stop()
             raise
@@ -220,7 +224,7 @@ class Testbed:
             while time.monotonic() < deadline and self.squeue_ids():
                 time.sleep(0.1)
         for name in (
-            "slurmd",
+            *(f"slurmd-{node}" for node in self.node_names),
             "slurmctld",
             "slurmdbd",
             "mariadb",
@@ -393,6 +397,13 @@ class Testbed:
         self._wait("the simulated RAPL meter", ready.exists, 10.0)
 
     @property
+    def node_names(self) -> list[str]:
+        """The nodes' names: `localhost` alone, or node1, node2, ... on one host."""
+        if self.options.nodes == 1:
+            return [NODE]
+        return [f"node{i}" for i in range(1, self.options.nodes + 1)]
+
+    @property
     def dcgm_url(self) -> str:
         """The simulated DCGM exporter's metrics URL."""
         return f"http://127.0.0.1:{self.ports['dcgm']}/metrics"
@@ -411,7 +422,7 @@ class Testbed:
                 "--port",
                 str(self.ports["dcgm"]),
                 "--gpus",
-                str(self.options.gpus),
+                str(self.options.gpus * self.options.nodes),
                 "--watts",
                 str(self.options.gpu_watts),
                 "--ready-file",
@@ -420,18 +431,20 @@ class Testbed:
         )
         self._wait("the simulated DCGM exporter", ready.exists, 10.0)
 
-    def _gpu_files(self) -> str:
+    def _gpu_files(self, first: int) -> str:
         """Character devices standing in for /dev/nvidiaN (slurmd counts a gpu GRES only from
         device files, and names each GPU by its file's number): clones of /dev/null, which
-        task/none never binds, so they only make the count and the indices."""
+        task/none never binds, so they only make the count and the indices. Each node has
+        its own numbers, so its GPUs are its own series at the simulated exporter."""
         folder = self.root / "dev"
         folder.mkdir(exist_ok=True)
         null = os.stat("/dev/null").st_rdev
-        for i in range(self.options.gpus):
+        last = first + self.options.gpus - 1
+        for i in range(first, last + 1):
             path = folder / f"nvidia{i}"
             if not path.exists():
                 os.mknod(path, 0o666 | stat.S_IFCHR, null)
-        return f"{folder}/nvidia[0-{self.options.gpus - 1}]"
+        return f"{folder}/nvidia[{first}-{last}]"
 
     def _start_mariadb(self) -> None:
         data = self.root / "mysql"
@@ -498,11 +511,11 @@ class Testbed:
             f"AuthInfo=socket={self.munge_socket}",
             "CredType=cred/munge",
             f"StateSaveLocation={self.root / 'state'}",
-            f"SlurmdSpoolDir={self.root / 'spool'}",
+            f"SlurmdSpoolDir={self.root / 'spool' / '%n'}",
             f"SlurmctldPidFile={self.root / 'state' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.root / 'spool' / 'slurmd.pid'}",
+            f"SlurmdPidFile={self.root / 'spool' / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={self.log / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.log / 'slurmd.log'}",
+            f"SlurmdLogFile={self.log / 'slurmd-%n.log'}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
@@ -535,7 +548,7 @@ class Testbed:
         if o.epilog_slurmctld is not None:
             lines.append(f"EpilogSlurmctld={o.epilog_slurmctld}")
         if o.prolog is not None:
-            lines += [f"Prolog={o.prolog}", "PrologFlags=Alloc"]
+            lines += [f"Prolog={o.prolog}", "PrologFlags=Alloc,Contain"]
         if o.epilog is not None:
             lines.append(f"Epilog={o.epilog}")
         gres = ""
@@ -545,20 +558,36 @@ class Testbed:
             if o.gpus > MAX_GPUS:
                 raise TestbedFailed(f"at most {MAX_GPUS} simulated GPUs, asked {o.gpus}")
             (self.etc / "gres.conf").write_text(
-                f"NodeName={NODE} Name=gpu File={self._gpu_files()}\n", encoding="utf-8"
+                "".join(
+                    f"NodeName={node} Name=gpu File={self._gpu_files(k * o.gpus)}\n"
+                    for k, node in enumerate(self.node_names)
+                ),
+                encoding="utf-8",
             )
         lines += list(o.extra_conf)
+        for node in self.node_names:
+            where = ""
+            if o.nodes > 1:
+                where = f" NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()}"
+            lines.append(
+                f"NodeName={node}{where} CPUs={o.cpus} Sockets=1 CoresPerSocket={o.cpus}"
+                f" ThreadsPerCore=1 RealMemory=2000{gres} State=UNKNOWN"
+            )
         lines += [
-            f"NodeName={NODE} CPUs={o.cpus} Sockets=1 CoresPerSocket={o.cpus} ThreadsPerCore=1"
-            f" RealMemory=2000{gres} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName={PARTITION} Nodes={','.join(self.node_names)} Default=YES"
+            " MaxTime=INFINITE State=UP",
             "",
         ]
         self.conf.write_text("\n".join(lines), encoding="utf-8")
 
     def _node_idle(self) -> bool:
-        out = self.run(["sinfo", "-h", "-o", "%t"], timeout=10)
-        return out.returncode == 0 and out.stdout.strip().startswith("idle")
+        out = self.run(["sinfo", "-h", "-N", "-o", "%t"], timeout=10)
+        states = out.stdout.split()
+        return (
+            out.returncode == 0
+            and len(states) == len(self.node_names)
+            and all(t.startswith("idle") for t in states)
+        )
 
 
 def _port_open(port: int) -> bool:

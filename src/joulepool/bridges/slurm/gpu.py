@@ -145,11 +145,14 @@ def _reading(data: object) -> Reading:
         raise InvalidInput("state", f"a stored reading is malformed: {exc}") from None
 
 
-def _state_path(state_dir: Path, job_id: int) -> Path:
-    return state_dir / f"{job_id}.json"
+def _state_path(state_dir: Path, job_id: int, node: str) -> Path:
+    # Named by node too: several slurmd daemons may share one host (multiple-slurmd).
+    return state_dir / f"{job_id}.{node}.json"
 
 
-def prolog(job_id: int, gpus: Sequence[str], state_dir: Path, dcgm_url: str | None) -> None:
+def prolog(
+    job_id: int, gpus: Sequence[str], state_dir: Path, dcgm_url: str | None, node: str = ""
+) -> None:
     """Read the job's GPUs at its start and keep the readings (or why there are none)."""
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     record: dict[str, object] = {"job": job_id, "gpus": list(gpus)}
@@ -159,16 +162,18 @@ def prolog(job_id: int, gpus: Sequence[str], state_dir: Path, dcgm_url: str | No
         record.update(source=source, readings=[r.to_json() for r in readings])
     except PoolError as exc:
         record["error"] = _reason(exc)
-    path = _state_path(state_dir, job_id)
+    path = _state_path(state_dir, job_id, node)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record), encoding="utf-8")
     tmp.chmod(0o600)
     tmp.replace(path)
 
 
-def epilog(job_id: int, gpus: Sequence[str], state_dir: Path, dcgm_url: str | None) -> NodeFigure:
+def epilog(
+    job_id: int, gpus: Sequence[str], state_dir: Path, dcgm_url: str | None, node: str = ""
+) -> NodeFigure:
     """Read the job's GPUs at its end; the node's figure for it (§6.2)."""
-    path = _state_path(state_dir, job_id)
+    path = _state_path(state_dir, job_id, node)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -258,11 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.phase == "prolog":
         try:
-            prolog(job_id, gpus, args.state_dir, args.dcgm_url)
+            prolog(job_id, gpus, args.state_dir, args.dcgm_url, node)
         except OSError as exc:
             print(f"pool slurm gpu: job {job_id}: cannot keep readings: {exc}", file=sys.stderr)
         return 0
-    figure = epilog(job_id, gpus, args.state_dir, args.dcgm_url)
+    figure = epilog(job_id, gpus, args.state_dir, args.dcgm_url, node)
     _publish_quietly(node, figure, args.state_dir, env)
     return 0
 

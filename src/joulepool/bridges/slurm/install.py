@@ -214,7 +214,9 @@ def install_config(
         conf_lines += [
             f"Prolog={paths[GPU_PROLOG]}",
             f"Epilog={paths[GPU_EPILOG]}",
-            "PrologFlags=Alloc",
+            # Alloc: the Prolog reads the GPUs at allocation; Contain: an .extern step on
+            # every node, whose energy is a multi-node job's RAPL figure.
+            "PrologFlags=Alloc,Contain",
             # sacct's AllocTRES lists a job's GPUs only where GPUs are accounted.
             "AccountingStorageTRES=gres/gpu",
         ]
