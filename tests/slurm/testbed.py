@@ -548,7 +548,10 @@ class Testbed:
         if o.epilog_slurmctld is not None:
             lines.append(f"EpilogSlurmctld={o.epilog_slurmctld}")
         if o.prolog is not None:
-            lines += [f"Prolog={o.prolog}", "PrologFlags=Alloc,Contain"]
+            # Contain: an .extern step spanning every node, the energy figure of a job on
+            # several nodes (one node's job has its own line).
+            contain = ",Contain" if o.nodes > 1 else ""
+            lines += [f"Prolog={o.prolog}", f"PrologFlags=Alloc{contain}"]
         if o.epilog is not None:
             lines.append(f"Epilog={o.epilog}")
         gres = ""
