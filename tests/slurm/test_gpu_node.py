@@ -119,3 +119,21 @@ def test_s2_3_a_sum_is_graded_by_its_weakest_part() -> None:
     assert weakest("HwShunt", "HwShunt") == "HwShunt"
     assert weakest("HwShunt", "ModelBased") == "ModelBased"
     assert weakest("Estimator", "HwShunt", "ModelBased") == "Estimator"
+
+
+@pytest.mark.gpu
+def test_s2_3_on_a_gpu_node_the_prolog_and_epilog_read_nvml(tmp_path: Path) -> None:
+    """Where NVML reads GPU 0, the node side uses it (not DCGM) and charges HwShunt."""
+    from joulepool.bridges.slurm.gpu import choose_source
+    from joulepool.meters import MeterUnavailable
+
+    try:
+        source = choose_source(["0"], None)
+    except MeterUnavailable as exc:
+        pytest.skip(f"no NVML GPU here: {exc.reason.value}: {exc.explanation}")
+    assert source == "nvml"
+    prolog(21, ["0"], tmp_path, None, "gpunode")
+    time.sleep(1.0)
+    figure = epilog(21, ["0"], tmp_path, None, "gpunode")
+    assert figure.energy is not None, figure.reason
+    assert figure.energy.grade is Grade.HwShunt and figure.energy.uj % 1000 == 0
