@@ -8,6 +8,7 @@ runs even when a test fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from joulepool.bridges.slurm.install import (
     GPU_PROLOG,
     install_config,
 )
-from joulepool.bridges.slurm.jobs import SlurmJob, list_jobs
+from joulepool.bridges.slurm.jobs import GPU_ENTRY, SlurmJob, list_jobs
 from tests.servers import Deployment, Serve, free_port, start_serve
 from tests.slurm.testbed import (
     ACCOUNTING_PACKAGES,
@@ -42,6 +43,8 @@ from tests.slurm.testbed import (
     missing_requirements,
 )
 
+WAIT_FOR_GO = "while [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done"
+"""A job script that runs until the test calls `Bridge.go`."""
 INSTALL_HINT = "needs Slurm, munge, lua-socket and accounting: apt-get install " + " ".join(
     CORE_PACKAGES + ACCOUNTING_PACKAGES
 )
@@ -175,7 +178,25 @@ class Bridge:
                 )
         return "\n".join(out)
 
+    def go(self, job_id: int) -> None:
+        """Let a job that waits for its go file (`WAIT_FOR_GO`) finish."""
+        (self.bed.root / "jobs" / f"go-{job_id}").touch()
+
+    def gpu_entries(self, node: str, job_id: int) -> list[re.Match[str]]:
+        """The job's GPU figures in the node's comment (published by the GPU Epilog)."""
+        out = self.bed.run(["scontrol", "show", "node", node], check=True).stdout
+        m = re.search(r"^\s*Comment=(.*)$", out, re.M)
+        found = [GPU_ENTRY.match(t) for t in (m.group(1).split(",") if m else [])]
+        return [e for e in found if e is not None and int(e.group(1)) == job_id]
+
     # -- the agent -------------------------------------------------------------------------
+
+    def restart_agent(self) -> None:
+        """Stop the agent and start it again (it reads the configuration at its start)."""
+        assert self.agent is not None
+        self.agent.terminate()
+        self.agent.wait(timeout=10)
+        self.start_agent()
 
     def start_agent(self) -> None:
         """`pool slurm agent`, as root, polling every 0.2 s."""
@@ -297,6 +318,17 @@ def start_bridge(
             stop()
         shutil.rmtree(root, ignore_errors=True)
         raise
+
+
+def module_bridge(**options: Any) -> Iterator[Bridge]:
+    """The body of a module-scoped `bridge` fixture: `yield from module_bridge(...)` with
+    `start_bridge`'s options; everything is stopped and removed afterwards."""
+    b = start_bridge(**options)
+    try:
+        yield b
+    finally:
+        b.close()
+        shutil.rmtree(b.root, ignore_errors=True)
 
 
 def percentile(values: list[float], pct: int) -> float:

@@ -9,7 +9,6 @@ draws 100 W.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -18,26 +17,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from joulepool.deployment import MJ
-from tests.slurm.bridge import Bridge, note_of, start_bridge, summary_ms
+from tests.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of, summary_ms
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
-
-WAIT_FOR_GO = "while [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done"
 
 
 @pytest.fixture(scope="module")
 def bridge() -> Iterator[Bridge]:
-    b = start_bridge()
-    try:
-        yield b
-    finally:
-        b.close()
-        shutil.rmtree(b.root, ignore_errors=True)
-
-
-def go(bridge: Bridge, job_id: int) -> None:
-    """Let a job that waits for its go file finish."""
-    (bridge.bed.root / "jobs" / f"go-{job_id}").touch()
+    yield from module_bridge()
 
 
 def test_job_inside_its_guarantee_runs_and_its_energy_reaches_the_ledger(bridge: Bridge) -> None:
@@ -134,7 +121,7 @@ def test_guess_that_must_borrow_is_held_then_runs_after_a_release(bridge: Bridge
     time.sleep(1)
     assert bridge.job(guess).state == "PENDING"
 
-    go(bridge, big)
+    bridge.go(big)
     ran = bridge.wait_job(guess, lambda j: j.state == "COMPLETED", timeout_s=45)
     assert note_of(ran).state == "admitted"
     assert bridge.claim(note_of(ran).claim)["reserved"] == {"uj": 10 * MJ, "grade": "Estimator"}

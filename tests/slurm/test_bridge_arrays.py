@@ -7,7 +7,6 @@ all of them or the `%N` throttle, which Slurm enforces.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 
@@ -15,19 +14,14 @@ import pytest
 
 from joulepool.bridges.slurm.jobs import job_energy, run_slurm
 from joulepool.deployment import MJ
-from tests.slurm.bridge import Bridge, note_of, start_bridge
+from tests.slurm.bridge import Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def bridge() -> Iterator[Bridge]:
-    b = start_bridge()
-    try:
-        yield b
-    finally:
-        b.close()
-        shutil.rmtree(b.root, ignore_errors=True)
+    yield from module_bridge()
 
 
 def task_ids(bridge: Bridge, array_job: int) -> list[int]:

@@ -8,39 +8,22 @@ meter draws 100 W for the node. NVML is not installed here, so the node reads DC
 
 from __future__ import annotations
 
-import re
-import shutil
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from joulepool.bridges.slurm.jobs import GPU_ENTRY, job_energy
-from tests.slurm.bridge import Bridge, note_of, start_bridge
+from joulepool.bridges.slurm.jobs import job_energy
+from tests.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
-WAIT_FOR_GO = "while [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done"
 GPU_W = 250
 
 
 @pytest.fixture(scope="module")
 def bridge() -> Iterator[Bridge]:
-    b = start_bridge()
-    try:
-        yield b
-    finally:
-        b.close()
-        shutil.rmtree(b.root, ignore_errors=True)
-
-
-def node_entries(bridge: Bridge, job_id: int) -> list[re.Match[str]]:
-    """The job's GPU entries in the node's comment."""
-    out = bridge.bed.run(["scontrol", "show", "node", "localhost"], check=True).stdout
-    m = re.search(r"^\s*Comment=(.*)$", out, re.M)
-    tokens = m.group(1).split(",") if m else []
-    found = [GPU_ENTRY.match(t) for t in tokens]
-    return [e for e in found if e is not None and int(e.group(1)) == job_id]
+    yield from module_bridge()
 
 
 def test_s6_2_exclusive_gpu_job_is_charged_rapl_plus_its_gpus_as_hwshunt(bridge: Bridge) -> None:
@@ -57,7 +40,7 @@ def test_s6_2_exclusive_gpu_job_is_charged_rapl_plus_its_gpus_as_hwshunt(bridge:
     note = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
     actual = bridge.wait_released(note.claim)["actual"]
     elapsed = time.monotonic() - t0
-    entries = node_entries(bridge, job_id)
+    entries = bridge.gpu_entries("localhost", job_id)
     assert len(entries) == 1, entries
     gpu_uj, grade, gpus = int(entries[0].group(2)), entries[0].group(3), int(entries[0].group(5))
     # Slurm gives an exclusive job every GPU of its node, so all four are the job's.
@@ -76,7 +59,7 @@ def test_s2_5_gpu_job_on_a_shared_node_sums_both_at_the_weaker_grade(bridge: Bri
     )
     note = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
     actual = bridge.wait_released(note.claim)["actual"]
-    (entry,) = node_entries(bridge, job_id)
+    (entry,) = bridge.gpu_entries("localhost", job_id)
     assert (entry.group(3), entry.group(5)) == ("HwShunt", "1")
     rapl = job_energy(job_id, bridge.bed.env).cpu_uj
     assert rapl is not None
@@ -100,12 +83,12 @@ def test_s2_3_each_job_is_charged_exactly_its_own_gpus(bridge: Bridge) -> None:
     for job_id in ids:
         bridge.wait_job(job_id, lambda j: j.state == "RUNNING")
     for job_id in ids:
-        (bridge.bed.root / "jobs" / f"go-{job_id}").touch()
+        bridge.go(job_id)
     seen = []
     for job_id in ids:
         note = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
         bridge.wait_released(note.claim)
-        (entry,) = node_entries(bridge, job_id)
+        (entry,) = bridge.gpu_entries("localhost", job_id)
         assert entry.group(5) == "2"
         seen.append((bridge.bed.root / "jobs" / f"job-{job_id}.out").read_text().strip())
     # Slurm gave them different GPUs, and the Prolog read those.
@@ -127,10 +110,10 @@ def test_s2_7_gpu_counter_reset_mid_job_charges_the_reservation_as_estimator(
     bridge.wait_job(job_id, lambda j: j.state == "RUNNING")
     time.sleep(1)  # the counters grow past what the Prolog read
     bridge.bed.reset_gpu_counters()
-    (bridge.bed.root / "jobs" / f"go-{job_id}").touch()
+    bridge.go(job_id)
     note = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
     state = bridge.wait_released(note.claim)
-    (entry,) = node_entries(bridge, job_id)
+    (entry,) = bridge.gpu_entries("localhost", job_id)
     assert entry.group(0).startswith(f"pool-gpu:{job_id}=none/counter_reset/")
     # Never 0, never a negative step, never RAPL's part alone graded as if complete.
     assert state["actual"] == {"uj": 3_000_000_000, "grade": "Estimator"}

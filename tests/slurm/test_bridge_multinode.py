@@ -8,34 +8,20 @@ exporter serving all eight GPUs, and the simulated RAPL meter, which both nodes 
 
 from __future__ import annotations
 
-import re
-import shutil
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from joulepool.bridges.slurm.jobs import GPU_ENTRY, job_energy
-from tests.slurm.bridge import Bridge, note_of, start_bridge
+from joulepool.bridges.slurm.jobs import job_energy
+from tests.slurm.bridge import Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def bridge() -> Iterator[Bridge]:
-    b = start_bridge(nodes=2)
-    try:
-        yield b
-    finally:
-        b.close()
-        shutil.rmtree(b.root, ignore_errors=True)
-
-
-def entries(bridge: Bridge, node: str, job_id: int) -> list[re.Match[str]]:
-    out = bridge.bed.run(["scontrol", "show", "node", node], check=True).stdout
-    m = re.search(r"^\s*Comment=(.*)$", out, re.M)
-    found = [GPU_ENTRY.match(t) for t in (m.group(1).split(",") if m else [])]
-    return [e for e in found if e is not None and int(e.group(1)) == job_id]
+    yield from module_bridge(nodes=2)
 
 
 def test_s2_4_two_node_job_is_a_gang_of_two_charged_both_nodes(bridge: Bridge) -> None:
@@ -54,7 +40,7 @@ def test_s2_4_two_node_job_is_a_gang_of_two_charged_both_nodes(bridge: Bridge) -
     assert (note.gang_size, note.devices_per_member) == (2, 1)
     actual = bridge.wait_released(note.claim)["actual"]
     elapsed = time.monotonic() - t0
-    per_node = [entries(bridge, node, job_id) for node in ("node1", "node2")]
+    per_node = [bridge.gpu_entries(node, job_id) for node in ("node1", "node2")]
     assert [len(e) for e in per_node] == [1, 1], per_node
     assert all(e[0].group(2) is not None for e in per_node), [e[0].group(0) for e in per_node]
     gpu = [int(e[0].group(2)) for e in per_node]

@@ -8,44 +8,25 @@ a job is cancelled before it starts, and a requeued job keeps its claim until it
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.slurm.bridge import Bridge, note_of, start_bridge
+from tests.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
-
-WAIT_FOR_GO = "while [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done"
 
 
 @pytest.fixture(scope="module")
 def bridge() -> Iterator[Bridge]:
-    b = start_bridge()
-    b.set_config(reconcile_after_s="2")
-    try:
+    for b in module_bridge():
+        b.set_config(reconcile_after_s="2")
         yield b
-    finally:
-        b.close()
-        shutil.rmtree(b.root, ignore_errors=True)
-
-
-def go(bridge: Bridge, job_id: int) -> None:
-    (bridge.bed.root / "jobs" / f"go-{job_id}").touch()
-
-
-def restart_agent(bridge: Bridge) -> None:
-    """The agent reads the configuration at its start."""
-    assert bridge.agent is not None
-    bridge.agent.terminate()
-    bridge.agent.wait(timeout=10)
-    bridge.start_agent()
 
 
 def test_s6_2_job_ending_while_pool_is_down_is_released_by_the_agent(bridge: Bridge) -> None:
-    restart_agent(bridge)
+    bridge.restart_agent()
     job_id = bridge.submit(
         "-A", "phys", "--comment=pool:estimate=1MJ,grade=ModelBased", "--wrap", "sleep 3"
     )
@@ -123,7 +104,7 @@ def test_s6_2_requeued_job_keeps_its_claim_until_it_really_ends(bridge: Bridge) 
     assert moved.returncode == 0, moved.stderr
     bridge.wait_job(job_id, lambda j: j.state == "RUNNING", timeout_s=60)
     assert bridge.claim(note.claim)["state"] == "running"
-    go(bridge, job_id)
+    bridge.go(job_id)
     bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")
     actual = bridge.wait_released(note.claim)["actual"]
     assert actual["grade"] == "ModelBased" and actual["uj"] > 0, bridge.logs()

@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from joulepool.bridges.slurm.jobs import GPU_ENTRY, SlurmCommandFailed, run_slurm
+from joulepool.bridges.slurm.jobs import GPU_ENTRY, SlurmCommandFailed, node_comment, run_slurm
 from joulepool.errors import InvalidInput, PoolError
 from joulepool.grade import Energy, Grade
 from joulepool.meters import (
@@ -217,19 +217,12 @@ def _locked(state_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def node_comment(node: str, env: Mapping[str, str]) -> str:
-    """The node's Slurm comment ("" when none)."""
-    out = run_slurm(["scontrol", "show", "node", node], env)
-    m = re.search(r"^\s*Comment=(.*)$", out, re.M)
-    value = m.group(1).strip() if m else ""
-    return "" if value == "(null)" else value
-
-
 def publish(node: str, figure: NodeFigure, state_dir: Path, env: Mapping[str, str]) -> None:
     """Add the figure to the node's comment, keeping the newest `KEEP_ENTRIES` entries and any
     text that is not the bridge's."""
     with _locked(state_dir):
-        tokens = node_comment(node, env).split(",") if node_comment(node, env) else []
+        current = node_comment(node, env)
+        tokens = current.split(",") if current else []
         ours = [t for t in tokens if GPU_ENTRY.match(t)]
         others = [t for t in tokens if t and not GPU_ENTRY.match(t)]
         prefix = f"pool-gpu:{figure.job_id}="

@@ -404,9 +404,7 @@ def gpu_figures(
     while True:
         found: list[re.Match[str]] = []
         for node in energy.nodes:
-            out = run_slurm(["scontrol", "show", "node", node], env)
-            m = re.search(r"^\s*Comment=(.*)$", out, re.M)
-            tokens = m.group(1).strip().split(",") if m else []
+            tokens = node_comment(node, env).split(",")
             found += [
                 e
                 for e in (GPU_ENTRY.match(t) for t in tokens)
@@ -420,6 +418,14 @@ def gpu_figures(
         return None
     grade = max((e.group(3) for e in found), key=GRADES.index)
     return sum(int(e.group(2)) for e in found), grade
+
+
+def node_comment(node: str, env: Mapping[str, str]) -> str:
+    """A node's Slurm comment ("" when none): where the GPU Epilog publishes (`gpu.py`)."""
+    out = run_slurm(["scontrol", "show", "node", node], env)
+    m = re.search(r"^\s*Comment=(.*)$", out, re.M)
+    value = m.group(1).strip() if m else ""
+    return "" if value == "(null)" else value
 
 
 def weakest(*grades: str) -> str:
