@@ -140,6 +140,10 @@ def _check(args: argparse.Namespace) -> int:
         "on_unreachable": config.on_unreachable,
         "timeout_ms": config.timeout_ms,
         "accounts": config.accounts,
+        "ca_file": None if config.ca_file is None else str(config.ca_file),
+        "gpu_energy": config.gpu_energy,
+        "gpu_wait_s": config.gpu_wait_s,
+        "reconcile_after_s": config.reconcile_after_s,
     }
     emit(
         args,
