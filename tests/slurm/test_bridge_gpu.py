@@ -23,7 +23,10 @@ GPU_W = 250
 
 @pytest.fixture(scope="module")
 def bridge() -> Iterator[Bridge]:
-    yield from module_bridge()
+    for b in module_bridge():
+        # job_submit.lua reads the file at every submission.
+        b.config.write_text(b.config.read_text().replace("[pool]\n", "[pool]\ngpus_per_node = 4\n"))
+        yield b
 
 
 def test_s6_2_exclusive_gpu_job_is_charged_rapl_plus_its_gpus_as_hwshunt(bridge: Bridge) -> None:
@@ -43,8 +46,10 @@ def test_s6_2_exclusive_gpu_job_is_charged_rapl_plus_its_gpus_as_hwshunt(bridge:
     entries = bridge.gpu_entries("localhost", job_id)
     assert len(entries) == 1, entries
     gpu_uj, grade, gpus = int(entries[0].group(2)), entries[0].group(3), int(entries[0].group(5))
-    # Slurm gives an exclusive job every GPU of its node, so all four are the job's.
+    # Slurm gives an exclusive job every GPU of its node, so all four are the job's, and
+    # with gpus_per_node configured it claimed all four.
     assert (grade, gpus) == ("HwShunt", 4)
+    assert note.devices_per_member == 4
     # Four GPUs at 250 W for the job's life (3 s of sleep, inside the allocation), no longer
     # than the test waited.
     assert 4 * GPU_W * 3 * 1_000_000 <= gpu_uj <= 4 * GPU_W * elapsed * 1_000_000

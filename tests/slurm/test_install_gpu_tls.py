@@ -89,6 +89,7 @@ def test_api_install_config_writes_the_gpu_prolog_epilog_and_tls_settings(
         ('ca_file = "relative.pem"', "pool.ca_file"),
         ("gpu_energy = 1", "pool.gpu_energy"),
         ("gpu_wait_s = 301", "pool.gpu_wait_s"),
+        ("gpus_per_node = 0", "pool.gpus_per_node"),
         ("reconcile_after_s = 86401", "pool.reconcile_after_s"),
         ('url = "ftp://pool.example"', "pool.url"),
     ],

@@ -143,6 +143,7 @@ def _check(args: argparse.Namespace) -> int:
         "ca_file": None if config.ca_file is None else str(config.ca_file),
         "gpu_energy": config.gpu_energy,
         "gpu_wait_s": config.gpu_wait_s,
+        "gpus_per_node": config.gpus_per_node,
         "reconcile_after_s": config.reconcile_after_s,
     }
     emit(

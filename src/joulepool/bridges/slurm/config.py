@@ -77,6 +77,8 @@ class BridgeConfig:
     """The agent releases a claim whose job ended unreported once it ended this long ago."""
     ca_file: Path | None = None
     """For an https URL: the CAs that may vouch for Pool's certificate (None: the system's)."""
+    gpus_per_node: int | None = None
+    """GPUs on each node: an --exclusive job holds them all, so it claims them all."""
 
     @property
     def gpu_wait(self) -> float | None:
@@ -142,6 +144,7 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         "gpu_wait_s",
         "reconcile_after_s",
         "ca_file",
+        "gpus_per_node",
     }
     extra = sorted(set(pool) - known)
     if extra:
@@ -195,6 +198,11 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         if type(value) is not int or not 0 <= value <= top:
             raise BridgeConfigError(f"{where}: pool.{key}", f"an integer from 0 to {top} seconds")
         waits[key] = value
+    gpus_per_node = pool.get("gpus_per_node")
+    if gpus_per_node is not None and (
+        type(gpus_per_node) is not int or not 1 <= gpus_per_node <= 1024
+    ):
+        raise BridgeConfigError(f"{where}: pool.gpus_per_node", "an integer from 1 to 1024")
     return BridgeConfig(
         path,
         url.rstrip("/"),
@@ -207,6 +215,7 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         waits["gpu_wait_s"],
         waits["reconcile_after_s"],
         None if ca_file is None else Path(ca_file),
+        gpus_per_node,
     )
 
 

@@ -660,7 +660,13 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     slurm.log_user("Pool: " .. perr)
     return slurm.ERROR
   end
-  local gang, per_member = devices(job_desc)
+  local gang, per_member, kind = devices(job_desc)
+  -- Slurm gives an --exclusive job every GPU of its nodes: with gpus_per_node configured,
+  -- it claims them all, so no GPU runs that Pool did not admit.
+  local whole = tonumber(p.gpus_per_node or "")
+  if kind == "gpu" and whole and job_desc.shared == 0 and whole > tonumber(per_member) then
+    per_member = whole
+  end
   local tasks, at_once, aerr = array_size(job_desc.array_inx)
   if aerr then
     slurm.log_user("Pool: " .. aerr)
