@@ -477,11 +477,17 @@ def job_figure(
 
 
 def array_figure(
-    job: SlurmJob, note: PoolNote, env: Mapping[str, str], gpu_wait_s: float | None
+    job: SlurmJob,
+    note: PoolNote,
+    env: Mapping[str, str],
+    gpu_wait_s: float | None,
+    settle: bool = True,
 ) -> tuple[int, str] | None:
     """A job array's energy once every task has ended: each task's figure, summed; a task
     with no figure, or that never ran, counts its share of the estimate, graded Estimator.
-    None while a task is still pending or running (§6.2: the claim is the whole array's)."""
+    None while a task is still pending or running (§6.2: the claim is the whole array's), and,
+    unless `settle`, while a task has no figure yet: tasks ending together reach sacct a
+    moment apart, so the epilog leaves a figure still missing to the agent's later pass."""
     assert job.array_job is not None
     assert note.tasks is not None
     out = run_slurm(
@@ -501,6 +507,8 @@ def array_figure(
     total, grades = 0, []
     for task in tasks[: note.tasks]:
         figure = job_figure(task, job.exclusive, job.gpus, env, gpu_wait_s)
+        if figure is None and not settle:
+            return None
         total += per_task if figure is None else figure[0]
         grades.append("Estimator" if figure is None else figure[1])
     missing = note.tasks - len(tasks[: note.tasks])
@@ -510,7 +518,11 @@ def array_figure(
 
 
 def report_job(
-    job: SlurmJob, client: PoolClient, env: Mapping[str, str], gpu_wait_s: float | None = None
+    job: SlurmJob,
+    client: PoolClient,
+    env: Mapping[str, str],
+    gpu_wait_s: float | None = None,
+    settle: bool = True,
 ) -> Report | None:
     """Release a finished job's claim with what it spent (§6.2), graded by the evidence (§2.3).
 
@@ -518,7 +530,8 @@ def report_job(
     array has ended). Where there is no figure the claim is charged its reservation, graded
     Estimator: never 0 (unknown is not a value), never a partial sum, never a better grade
     than the evidence. Returns None for a job that is not the bridge's, or that Pool never
-    admitted; outcome `array_running` while other tasks of its array have not ended.
+    admitted; outcome `array_running` while other tasks of its array have not ended (or,
+    unless `settle`, have no figure yet: the agent settles them after its grace period).
     """
     note = job.note
     if note is None:
@@ -527,7 +540,7 @@ def report_job(
         return Report(job.job_id, note.claim, "not_admitted")
     figure: tuple[int, str] | None
     if note.tasks is not None and job.array_job is not None:
-        figure = array_figure(job, note, env, gpu_wait_s)
+        figure = array_figure(job, note, env, gpu_wait_s, settle)
         if figure is None:
             return Report(job.job_id, note.claim, "array_running")
     else:
