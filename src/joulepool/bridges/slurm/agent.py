@@ -206,7 +206,13 @@ class Agent:
                     if current
                     else SlurmJob(job_id, state, "", "", "", "", note, array_job=end.array_job)
                 )
-                report = report_job(job, self.client, self.env, self.config.gpu_wait)
+                report = report_job(
+                    job,
+                    self.client,
+                    self.env,
+                    self.config.gpu_wait,
+                    settle_after_s=self.config.reconcile_after_s,
+                )
                 if report is not None and report.outcome == "array_running":
                     continue  # asked again once the array's last task has ended
                 if report is not None:

@@ -45,7 +45,7 @@ def run_epilog(config_path: Path, job_id: int) -> Report | None:
         return None
     for pause in (*RETRIES_S, None):
         try:
-            return report_job(jobs[0], client, env, config.gpu_wait, settle=False)
+            return report_job(jobs[0], client, env, config.gpu_wait, settle_after_s=None)
         except PoolUnreachable:
             if pause is None:
                 raise

@@ -481,24 +481,32 @@ def array_figure(
     note: PoolNote,
     env: Mapping[str, str],
     gpu_wait_s: float | None,
-    settle: bool = True,
+    settle_after_s: float | None = 0.0,
 ) -> tuple[int, str] | None:
     """A job array's energy once every task has ended: each task's figure, summed; a task
     with no figure, or that never ran, counts its share of the estimate, graded Estimator.
-    None while a task is still pending or running (§6.2: the claim is the whole array's), and,
-    unless `settle`, while a task has no figure yet: tasks ending together reach sacct a
-    moment apart, so the epilog leaves a figure still missing to the agent's later pass."""
+    None while a task is still pending or running, or ended less than `settle_after_s` ago
+    (§6.2: the claim is the whole array's): a task that ended a moment ago may not have its
+    final figure in sacct yet (its own epilog is still at work), so the epilog (None: never)
+    leaves arrays to the agent's pass after its grace period."""
+    if settle_after_s is None:
+        return None
     assert job.array_job is not None
     assert note.tasks is not None
     out = run_slurm(
-        ["sacct", "-j", str(job.array_job), "-X", "-n", "-P", "-o", "JobIDRaw,JobID,State"], env
+        ["sacct", "-j", str(job.array_job), "-X", "-n", "-P", "-o", "JobIDRaw,JobID,State,End"],
+        env,
     )
     tasks: list[int] = []
+    now = time.time()
     for line in out.splitlines():
         cols = line.strip().split("|")
-        if len(cols) != 3 or not cols[0].isdigit():
+        if len(cols) != 4 or not cols[0].isdigit():
             continue
-        if int(cols[0]) != job.job_id and cols[2].split(" ")[0] not in TERMINAL:
+        end_s = _epoch_s(cols[3])
+        if cols[2].split(" ")[0] not in TERMINAL or end_s is None:
+            return None
+        if now - end_s < settle_after_s:
             return None
         if _ARRAY_TASK.match(cols[1]):
             tasks.append(int(cols[0]))
@@ -507,8 +515,6 @@ def array_figure(
     total, grades = 0, []
     for task in tasks[: note.tasks]:
         figure = job_figure(task, job.exclusive, job.gpus, env, gpu_wait_s)
-        if figure is None and not settle:
-            return None
         total += per_task if figure is None else figure[0]
         grades.append("Estimator" if figure is None else figure[1])
     missing = note.tasks - len(tasks[: note.tasks])
@@ -522,7 +528,7 @@ def report_job(
     client: PoolClient,
     env: Mapping[str, str],
     gpu_wait_s: float | None = None,
-    settle: bool = True,
+    settle_after_s: float | None = 0.0,
 ) -> Report | None:
     """Release a finished job's claim with what it spent (§6.2), graded by the evidence (§2.3).
 
@@ -530,8 +536,7 @@ def report_job(
     array has ended). Where there is no figure the claim is charged its reservation, graded
     Estimator: never 0 (unknown is not a value), never a partial sum, never a better grade
     than the evidence. Returns None for a job that is not the bridge's, or that Pool never
-    admitted; outcome `array_running` while other tasks of its array have not ended (or,
-    unless `settle`, have no figure yet: the agent settles them after its grace period).
+    admitted; outcome `array_running` while its array is not settled (see `array_figure`).
     """
     note = job.note
     if note is None:
@@ -540,7 +545,7 @@ def report_job(
         return Report(job.job_id, note.claim, "not_admitted")
     figure: tuple[int, str] | None
     if note.tasks is not None and job.array_job is not None:
-        figure = array_figure(job, note, env, gpu_wait_s, settle)
+        figure = array_figure(job, note, env, gpu_wait_s, settle_after_s)
         if figure is None:
             return Report(job.job_id, note.claim, "array_running")
     else:
