@@ -8,14 +8,16 @@ runs even when a test fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,17 +26,25 @@ import httpx
 import pytest
 
 from joulepool.bridges.slurm.config import parse_note
-from joulepool.bridges.slurm.install import CONFIG, EPILOG, install_config
-from joulepool.bridges.slurm.jobs import SlurmJob, list_jobs
-from joulepool.bridges.slurm.testbed import (
+from joulepool.bridges.slurm.install import (
+    CONFIG,
+    EPILOG,
+    GPU_EPILOG,
+    GPU_PROLOG,
+    install_config,
+)
+from joulepool.bridges.slurm.jobs import GPU_ENTRY, SlurmJob, list_jobs
+from tests.servers import Deployment, Serve, free_port, start_serve
+from tests.slurm.testbed import (
     ACCOUNTING_PACKAGES,
     CORE_PACKAGES,
     Testbed,
     TestbedOptions,
     missing_requirements,
 )
-from tests.servers import Deployment, Serve, free_port, start_serve
 
+WAIT_FOR_GO = "while [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done"
+"""A job script that runs until the test calls `Bridge.go`."""
 INSTALL_HINT = "needs Slurm, munge, lua-socket and accounting: apt-get install " + " ".join(
     CORE_PACKAGES + ACCOUNTING_PACKAGES
 )
@@ -77,12 +87,21 @@ class Bridge:
     config: Path
     agent: subprocess.Popen[bytes] | None = None
     closers: list[Callable[[], None]] = field(default_factory=list)
+    tls: dict[str, Path] | None = None
+    """With TLS: `pool serve`'s certificate and key, and the CA that signed it."""
 
     # -- Pool ------------------------------------------------------------------------------
 
     def pool(self) -> httpx.Client:
         """An operator client of the running `pool serve`."""
-        return self.serve.client(self.deployment.operator)
+        if self.tls is None:
+            return self.serve.client(self.deployment.operator)
+        return httpx.Client(
+            base_url=f"https://127.0.0.1:{self.port}",
+            headers={"Authorization": f"Bearer {self.deployment.operator}"},
+            verify=ssl.create_default_context(cafile=str(self.tls["ca"])),
+            timeout=30,
+        )
 
     def claim(self, claim_id: str) -> dict[str, Any]:
         """GET /v1/claims/{id}."""
@@ -97,7 +116,7 @@ class Bridge:
 
     def start_pool(self) -> None:
         """Start `pool serve` again on the same port and folder."""
-        self.serve = start_serve(self.deployment.folder, port=self.port)
+        self.serve = serve_pool(self.deployment.folder, self.port, self.tls)
 
     # -- Slurm -----------------------------------------------------------------------------
 
@@ -159,7 +178,25 @@ class Bridge:
                 )
         return "\n".join(out)
 
+    def go(self, job_id: int) -> None:
+        """Let a job that waits for its go file (`WAIT_FOR_GO`) finish."""
+        (self.bed.root / "jobs" / f"go-{job_id}").touch()
+
+    def gpu_entries(self, node: str, job_id: int) -> list[re.Match[str]]:
+        """The job's GPU figures in the node's comment (published by the GPU Epilog)."""
+        out = self.bed.run(["scontrol", "show", "node", node], check=True).stdout
+        m = re.search(r"^\s*Comment=(.*)$", out, re.M)
+        found = [GPU_ENTRY.match(t) for t in (m.group(1).split(",") if m else [])]
+        return [e for e in found if e is not None and int(e.group(1)) == job_id]
+
     # -- the agent -------------------------------------------------------------------------
+
+    def restart_agent(self) -> None:
+        """Stop the agent and start it again (it reads the configuration at its start)."""
+        assert self.agent is not None
+        self.agent.terminate()
+        self.agent.wait(timeout=10)
+        self.start_agent()
 
     def start_agent(self) -> None:
         """`pool slurm agent`, as root, polling every 0.2 s."""
@@ -203,9 +240,32 @@ def note_of(job: SlurmJob) -> Any:
     return job.note
 
 
-def start_bridge(period: str | None = None) -> Bridge:
+def serve_pool(folder: Path, port: int, tls: dict[str, Path] | None) -> Serve:
+    """`pool serve` on `port`, over TLS with `tls`'s certificate, ready."""
+    if tls is None:
+        return start_serve(folder, port=port)
+    serve = start_serve(
+        folder, "--tls-cert", str(tls["cert"]), "--tls-key", str(tls["key"]), wait=False, port=port
+    )
+    trust = ssl.create_default_context(cafile=str(tls["ca"]))
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"https://127.0.0.1:{port}/readyz", verify=trust, timeout=2).is_success:
+                return serve
+        except httpx.TransportError:
+            pass
+        if serve.proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"pool serve over TLS did not come up:\n{serve.output()}")
+        time.sleep(0.05)
+
+
+def start_bridge(
+    period: str | None = None, tls: dict[str, Path] | None = None, nodes: int = 1
+) -> Bridge:
     """Bring up Pool, Slurm with the bridge installed, and the agent; `period` replaces
-    the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default."""
+    the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default;
+    with `tls` (certificate, key, CA), `pool serve` speaks only TLS and the bridge verifies it."""
     require_slurm()
     interpreter = python_for("slurm")
     root = Path(tempfile.mkdtemp(prefix="joulepool-slurm-"))
@@ -217,15 +277,17 @@ def start_bridge(period: str | None = None) -> Bridge:
             config = deployment.folder / "pool.toml"
             config.write_text(config.read_text().replace('[period]\nkind = "month"\n', period))
         port = free_port()
-        serve = start_serve(deployment.folder, port=port)
+        serve = serve_pool(deployment.folder, port, tls)
         started.append(lambda: serve.kill(signal.SIGTERM))
         token = root / "operator.token"
         token.write_text(deployment.operator)
         etc = root / "etc"
         etc.mkdir()
+        dcgm_port = free_port()
         install_config(
             etc,
-            url=f"http://127.0.0.1:{port}",
+            url=f"{'https' if tls else 'http'}://127.0.0.1:{port}",
+            ca_file=None if tls is None else tls["ca"],
             token=deployment.operator,
             accounts=ACCOUNTS,
             cluster="pooltest",
@@ -233,10 +295,22 @@ def start_bridge(period: str | None = None) -> Bridge:
             timeout_ms=900,
             python=interpreter,
             slurm_conf=etc / "slurm.conf",
+            gpu=True,
+            dcgm_url=f"http://127.0.0.1:{dcgm_port}/metrics",
+            gpu_state_dir=root / "gpu-state",
         )
-        bed = Testbed(root, TestbedOptions(epilog_slurmctld=etc / EPILOG))
+        bed = Testbed(
+            root,
+            TestbedOptions(
+                epilog_slurmctld=etc / EPILOG,
+                prolog=etc / GPU_PROLOG,
+                epilog=etc / GPU_EPILOG,
+                dcgm_port=dcgm_port,
+                nodes=nodes,
+            ),
+        )
         bed.start()
-        bridge = Bridge(root, bed, deployment, serve, port, etc / CONFIG)
+        bridge = Bridge(root, bed, deployment, serve, port, etc / CONFIG, tls=tls)
         bridge.start_agent()
         return bridge
     except BaseException:
@@ -244,6 +318,17 @@ def start_bridge(period: str | None = None) -> Bridge:
             stop()
         shutil.rmtree(root, ignore_errors=True)
         raise
+
+
+def module_bridge(**options: Any) -> Iterator[Bridge]:
+    """The body of a module-scoped `bridge` fixture: `yield from module_bridge(...)` with
+    `start_bridge`'s options; everything is stopped and removed afterwards."""
+    b = start_bridge(**options)
+    try:
+        yield b
+    finally:
+        b.close()
+        shutil.rmtree(b.root, ignore_errors=True)
 
 
 def percentile(values: list[float], pct: int) -> float:

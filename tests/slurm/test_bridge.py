@@ -9,7 +9,6 @@ draws 100 W.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -18,26 +17,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from joulepool.deployment import MJ
-from tests.slurm.bridge import Bridge, note_of, start_bridge, summary_ms
+from tests.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of, summary_ms
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
-
-WAIT_FOR_GO = "while [ ! -e go-$SLURM_JOB_ID ]; do sleep 0.1; done"
 
 
 @pytest.fixture(scope="module")
 def bridge() -> Iterator[Bridge]:
-    b = start_bridge()
-    try:
-        yield b
-    finally:
-        b.close()
-        shutil.rmtree(b.root, ignore_errors=True)
-
-
-def go(bridge: Bridge, job_id: int) -> None:
-    """Let a job that waits for its go file finish."""
-    (bridge.bed.root / "jobs" / f"go-{job_id}").touch()
+    yield from module_bridge()
 
 
 def test_job_inside_its_guarantee_runs_and_its_energy_reaches_the_ledger(bridge: Bridge) -> None:
@@ -70,8 +57,9 @@ def test_exclusive_job_is_graded_hwshunt_and_gpus_make_the_devices(bridge: Bridg
     assert (note.gang_size, note.devices_per_member, note.klass) == (1, 2, "train")
     actual = bridge.wait_released(note.claim)["actual"]
     assert actual["grade"] == "HwShunt"
-    # About 100 W for about 2 s, read at the meter's resolution: joules, in µJ.
-    assert 50 * 1_000_000 <= actual["uj"] <= 2_000 * 1_000_000
+    # The node's 100 W (RAPL) and, exclusive, all four 250 W GPUs (test_bridge_gpu.py) for
+    # about 2 s.
+    assert 4 * 250 * 2 * 1_000_000 <= actual["uj"] <= 1_100 * 10 * 1_000_000
 
 
 def test_job_with_no_energy_figure_is_charged_its_reservation_as_estimator(bridge: Bridge) -> None:
@@ -133,7 +121,7 @@ def test_guess_that_must_borrow_is_held_then_runs_after_a_release(bridge: Bridge
     time.sleep(1)
     assert bridge.job(guess).state == "PENDING"
 
-    go(bridge, big)
+    bridge.go(big)
     ran = bridge.wait_job(guess, lambda j: j.state == "COMPLETED", timeout_s=45)
     assert note_of(ran).state == "admitted"
     assert bridge.claim(note_of(ran).claim)["reserved"] == {"uj": 10 * MJ, "grade": "Estimator"}
@@ -228,7 +216,7 @@ def test_sbatch_time_added_by_the_bridge(
 ) -> None:
     """The figure for the note: sbatch with the bridge against sbatch with a no-op script."""
     from joulepool.bridges.slurm.install import shipped_lua
-    from joulepool.bridges.slurm.testbed import NOOP_JOB_SUBMIT
+    from tests.slurm.testbed import NOOP_JOB_SUBMIT
 
     bridged_lua = bridge.bed.job_submit.read_text()
     args = (

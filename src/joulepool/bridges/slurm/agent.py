@@ -12,8 +12,10 @@ Each pass:
    Admit → the note says admitted, then the hold is released. Deny (the tree changed) →
    the job stays held with the reason. A claim Pool already admitted (409: the
    submission's answer was lost to a timeout) is released from its hold as well.
-3. Admitted jobs that ended without a report (cancelled while pending: EpilogSlurmctld does
-   not run for them; or the epilog could not reach Pool) are reported as the epilog would.
+3. Reconciliation: admitted jobs that ended without a report (cancelled while pending:
+   EpilogSlurmctld does not run for them; Pool unreachable at the end; slurmctld restarted
+   mid-epilog; a node failure) are found in sacct and reported as the epilog would, once
+   they ended `reconcile_after_s` ago (see `_reconcile`).
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from joulepool.bridges.slurm.config import (
 )
 from joulepool.bridges.slurm.jobs import (
     TERMINAL,
+    Ended,
     PoolClient,
     SlurmCommandFailed,
     SlurmJob,
+    ended_jobs,
     list_jobs,
     report_job,
     run_slurm,
@@ -43,6 +47,11 @@ from joulepool.bridges.slurm.jobs import (
 
 FULL_PASS_S = 30.0
 """Ask every held job again at least this often, whatever the ledger did (a reloaded tree)."""
+RECONCILE_EVERY_S = 5.0
+"""How often sacct is asked for ended jobs whose claims are still open."""
+LOOKBACK_S = 7 * 86_400
+"""How far back sacct is asked: a claim open longer than this after its job ended needs an
+operator (`pool` release by hand)."""
 
 
 @dataclass
@@ -59,11 +68,14 @@ class Agent:
     last_held: frozenset[int] = frozenset()
     last_full: float = 0.0
     reported: set[int] = field(default_factory=set)
+    last_reconcile: float = 0.0
 
     @classmethod
     def from_config(cls, config: BridgeConfig, env: Mapping[str, str]) -> Agent:
         """An agent with the configured token (a 10 s HTTP timeout: it stalls nobody)."""
-        return cls(config, env, PoolClient(config.url, read_token(config.token_file), 10.0))
+        return cls(
+            config, env, PoolClient(config.url, read_token(config.token_file), 10.0, config.ca_file)
+        )
 
     def scontrol(self, *args: str) -> None:
         """Run scontrol as this (root) process: holds set here are administrator's holds."""
@@ -81,7 +93,7 @@ class Agent:
                 self.scontrol("hold", str(job.job_id))
                 self.log(f"job {job.job_id}: Pool's hold made an administrator's hold")
         self._ask_held(jobs)
-        self._report_ended(jobs)
+        self._reconcile(jobs)
 
     def _ask_held(self, jobs: list[SlurmJob]) -> None:
         held = [j for j in jobs if j.state == "PENDING" and j.note is not None and _held(j)]
@@ -152,19 +164,62 @@ class Agent:
         self.set_note(job, note.with_state("admitted"))
         self.log(f"job {job.job_id}: claim {note.claim} {how}; hold released")
 
-    def _report_ended(self, jobs: list[SlurmJob]) -> None:
-        for job in jobs:
-            note = job.note
-            if job.state not in TERMINAL or note is None or note.state not in ADMITTED_STATES:
+    def _reconcile(self, known: list[SlurmJob]) -> None:
+        """Release claims still open in Pool whose jobs Slurm has finished (§6.2).
+
+        sacct lists every job of the last `LOOKBACK_S` with its end state and admin comment,
+        whether or not slurmctld still remembers it (MinJobAge); `known` (slurmctld's jobs)
+        adds those sacct has not recorded yet. A job in any end state
+        (COMPLETED, FAILED, TIMEOUT, NODE_FAIL, CANCELLED, also before it started...) that
+        ended at least `reconcile_after_s` ago (at once, if it never started: no epilog runs
+        for it) and whose claim Pool still holds open is reported as the epilog would, from
+        the same evidence; the grace leaves the epilog its time. A requeued job is PENDING or
+        RUNNING again, not ended: its claim stays until it really ends.
+        """
+        now = time.time()
+        if now - self.last_reconcile < RECONCILE_EVERY_S:
+            return
+        self.last_reconcile = now
+        ended = ended_jobs(self.env, now - LOOKBACK_S)
+        # A job cancelled before it was eligible may reach sacct late: slurmctld's own
+        # record counts too while it remembers the job.
+        for job in known:
+            if job.state in TERMINAL and job.note is not None and job.end_s is not None:
+                ended.setdefault(
+                    job.job_id, Ended(job.state, job.end_s, job.note, job.array_job, job.started)
+                )
+        self.reported &= set(ended)
+        for job_id, end in ended.items():
+            state, note = end.state, end.note
+            if job_id in self.reported or note.state not in ADMITTED_STATES:
                 continue
-            if job.job_id in self.reported:
+            if end.started and now - end.end_s < self.config.reconcile_after_s:
+                # A job that ran has its epilog at work; one that never did gets none.
                 continue
-            state = self.client.call("GET", f"/v1/claims/{note.claim}")
-            if state.status == 200 and state.body.get("state") == "running":
-                report = report_job(job, self.client, self.env)
+            current = list_jobs(self.env, job_id)
+            if current and current[0].state not in TERMINAL:
+                continue  # requeued since sacct's record was written
+            open_claim = self.client.call("GET", f"/v1/claims/{note.claim}")
+            if open_claim.status == 200 and open_claim.body.get("state") == "running":
+                job = (
+                    current[0]
+                    if current
+                    else SlurmJob(job_id, state, "", "", "", "", note, array_job=end.array_job)
+                )
+                report = report_job(
+                    job,
+                    self.client,
+                    self.env,
+                    self.config.gpu_wait,
+                    settle_after_s=self.config.reconcile_after_s,
+                )
+                if report is not None and report.outcome == "array_running":
+                    continue  # asked again once the array's last task has ended
                 if report is not None:
-                    self.log(f"job {job.job_id}: ended unreported; {report.to_json()}")
-            self.reported.add(job.job_id)
+                    self.log(f"job {job_id} ended {state} unreported; {report.to_json()}")
+            elif open_claim.status not in (200, 404):
+                continue  # ask again on the next round
+            self.reported.add(job_id)
 
     def run_forever(self, interval_s: float, stop: Callable[[], bool] = lambda: False) -> None:
         """Pass after pass; Pool or Slurm being away is logged and retried, never fatal."""

@@ -140,6 +140,11 @@ def _check(args: argparse.Namespace) -> int:
         "on_unreachable": config.on_unreachable,
         "timeout_ms": config.timeout_ms,
         "accounts": config.accounts,
+        "ca_file": None if config.ca_file is None else str(config.ca_file),
+        "gpu_energy": config.gpu_energy,
+        "gpu_wait_s": config.gpu_wait_s,
+        "gpus_per_node": config.gpus_per_node,
+        "reconcile_after_s": config.reconcile_after_s,
     }
     emit(
         args,
@@ -180,6 +185,9 @@ def _install(args: argparse.Namespace) -> int:
         slurm_user=args.slurm_user,
         slurm_conf=args.slurm_conf,
         force=args.force,
+        gpu=args.gpu,
+        dcgm_url=args.dcgm_url,
+        ca_file=args.ca_file,
     )
     result = {
         "files": {k: str(v) for k, v in done.files.items()},
@@ -226,7 +234,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     i = ssub.add_parser("install-config", help="write job_submit.lua, the config, token and epilog")
     i.add_argument("etc", metavar="ETC", help="the folder of slurm.conf, e.g. /etc/slurm")
-    i.add_argument("--url", required=True, help="pool serve's address, http://host:port")
+    i.add_argument("--url", required=True, help="pool serve's address, http(s)://host:port")
+    i.add_argument("--ca-file", type=Path, help="CAs vouching for pool serve's certificate (https)")
     i.add_argument(
         "--token-from", required=True, metavar="FILE", help="a file holding an operator token, or -"
     )
@@ -238,5 +247,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i.add_argument("--slurm-user", default="slurm", help="owner of the token file (SlurmUser)")
     i.add_argument("--slurm-conf", type=Path, help="slurm.conf path (ETC/slurm.conf)")
     i.add_argument("--force", action="store_true", help="replace the bridge's files")
+    i.add_argument(
+        "--gpu", action="store_true", help="also slurmd's Prolog/Epilog charging GPU energy"
+    )
+    i.add_argument("--dcgm-url", help="the nodes' DCGM exporter, where NVML cannot be read")
     add_json(i)
     i.set_defaults(handler=_install)

@@ -6,7 +6,8 @@ it keeps to the TOML subset the Lua parser understands, and `read_bridge_config`
 anything outside it, naming the line's key, before slurmctld ever sees it:
 
     [pool]
-    url = "http://127.0.0.1:7460"            # http only: the Lua side has no TLS
+    url = "https://pool.example:7460"        # http:// or https:// (verified, see ca_file)
+    ca_file = "/etc/slurm/pool-ca.pem"       # CAs for https (default: the system's)
     token_file = "/etc/slurm/pool-bridge.token"   # readable by SlurmUser only
     timeout_ms = 500                         # the whole exchange, at submission
     on_unreachable = "hold"                  # "hold" (fail-closed) or "admit" (fail-open)
@@ -46,6 +47,8 @@ STATES = ("admitted", "releasing", "queued", "unreachable", "denied", "unaccount
 the agent is lifting its hold (a crash between the two is finished on the next pass)."""
 ADMITTED_STATES = ("admitted", "releasing")
 HELD_STATES = ("queued", "unreachable", "denied")
+DEFAULT_GPU_WAIT_S = 30
+DEFAULT_RECONCILE_AFTER_S = 60
 
 
 class BridgeConfigError(InvalidInput):
@@ -65,6 +68,22 @@ class BridgeConfig:
     on_unreachable: str = "hold"
     cluster: str = "slurm"
     accounts: dict[str, str] = field(default_factory=dict)
+    gpu_energy: bool = False
+    """Whether every node runs the GPU Prolog/Epilog (`gpu.py`). Without it a job that held
+    GPUs has no complete figure and is charged its reservation, Estimator."""
+    gpu_wait_s: int = DEFAULT_GPU_WAIT_S
+    """How long the epilog waits for the nodes' GPU figures to arrive."""
+    reconcile_after_s: int = DEFAULT_RECONCILE_AFTER_S
+    """The agent releases a claim whose job ended unreported once it ended this long ago."""
+    ca_file: Path | None = None
+    """For an https URL: the CAs that may vouch for Pool's certificate (None: the system's)."""
+    gpus_per_node: int | None = None
+    """GPUs on each node: an --exclusive job holds them all, so it claims them all."""
+
+    @property
+    def gpu_wait(self) -> float | None:
+        """`gpu_wait_s` where the nodes publish GPU figures, else None (see `report_job`)."""
+        return float(self.gpu_wait_s) if self.gpu_energy else None
 
     @property
     def fail_open(self) -> bool:
@@ -115,17 +134,29 @@ def read_bridge_config(path: Path) -> BridgeConfig:
     if extra:
         raise BridgeConfigError(f"{where}: {extra[0]}", "unknown table; only [pool] and [accounts]")
     pool = doc.get("pool", {})
-    known = {"url", "token_file", "timeout_ms", "on_unreachable", "cluster"}
+    known = {
+        "url",
+        "token_file",
+        "timeout_ms",
+        "on_unreachable",
+        "cluster",
+        "gpu_energy",
+        "gpu_wait_s",
+        "reconcile_after_s",
+        "ca_file",
+        "gpus_per_node",
+    }
     extra = sorted(set(pool) - known)
     if extra:
         raise BridgeConfigError(
             f"{where}: pool.{extra[0]}", f"unknown key (known: {', '.join(sorted(known))})"
         )
     url = pool.get("url")
-    if not isinstance(url, str) or not re.fullmatch(r"http://[^:/\s]+(:\d+)?/?", url):
-        raise BridgeConfigError(
-            f"{where}: pool.url", "must be http://host[:port] (job_submit.lua speaks plain HTTP)"
-        )
+    if not isinstance(url, str) or not re.fullmatch(r"https?://[^:/\s\"]+(:\d+)?/?", url):
+        raise BridgeConfigError(f"{where}: pool.url", "must be http(s)://host[:port]")
+    ca_file = pool.get("ca_file")
+    if ca_file is not None and (not isinstance(ca_file, str) or not ca_file.startswith("/")):
+        raise BridgeConfigError(f"{where}: pool.ca_file", "must be an absolute path")
     token_file = pool.get("token_file")
     if not isinstance(token_file, str) or not token_file.startswith("/"):
         raise BridgeConfigError(f"{where}: pool.token_file", "must be an absolute path")
@@ -155,8 +186,36 @@ def read_bridge_config(path: Path) -> BridgeConfig:
                 "an entitlement id of letters, digits and _.:@+/- only",
             )
         mapping[account] = entitlement
+    gpu_energy = pool.get("gpu_energy", False)
+    if type(gpu_energy) is not bool:
+        raise BridgeConfigError(f"{where}: pool.gpu_energy", "must be true or false")
+    waits = {}
+    for key, default, top in (
+        ("gpu_wait_s", DEFAULT_GPU_WAIT_S, 300),
+        ("reconcile_after_s", DEFAULT_RECONCILE_AFTER_S, 86_400),
+    ):
+        value = pool.get(key, default)
+        if type(value) is not int or not 0 <= value <= top:
+            raise BridgeConfigError(f"{where}: pool.{key}", f"an integer from 0 to {top} seconds")
+        waits[key] = value
+    gpus_per_node = pool.get("gpus_per_node")
+    if gpus_per_node is not None and (
+        type(gpus_per_node) is not int or not 1 <= gpus_per_node <= 1024
+    ):
+        raise BridgeConfigError(f"{where}: pool.gpus_per_node", "an integer from 1 to 1024")
     return BridgeConfig(
-        path, url.rstrip("/"), Path(token_file), timeout, on_unreachable, cluster, mapping
+        path,
+        url.rstrip("/"),
+        Path(token_file),
+        timeout,
+        on_unreachable,
+        cluster,
+        mapping,
+        gpu_energy,
+        waits["gpu_wait_s"],
+        waits["reconcile_after_s"],
+        None if ca_file is None else Path(ca_file),
+        gpus_per_node,
     )
 
 
@@ -195,6 +254,9 @@ class PoolNote:
     reason: str | None = None
     renews_ms: int | None = None
     """For a job queued on its period's budget: when the period renews (DESIGN.md §3)."""
+    tasks: int | None = None
+    """For a job array: its task count. The claim is the whole array's: every task's energy
+    (`estimate_uj` is tasks × each task's) and the devices of the tasks that may run at once."""
 
     def claim_json(self) -> dict[str, object]:
         """The claim as API.md's `POST /v1/claims` takes it (§2.4)."""
@@ -224,6 +286,7 @@ class PoolNote:
             self.klass,
             reason,
             renews_ms,
+            self.tasks,
         )
 
     def format(self) -> str:
@@ -238,6 +301,8 @@ class PoolNote:
         ]
         if self.klass is not None:
             parts.append(f"class={self.klass}")
+        if self.tasks is not None:
+            parts.append(f"tasks={self.tasks}")
         parts.append(f"state={self.state}")
         if self.reason is not None:
             parts.append(f"reason={self.reason}")
@@ -267,6 +332,9 @@ def parse_note(text: str | None) -> PoolNote | None:
     renews = fields.get("renews_ms")
     if renews is not None and not renews.isdigit():
         return None
+    tasks = fields.get("tasks")
+    if tasks is not None and (not tasks.isdigit() or int(tasks) < 1):
+        return None
     return PoolNote(
         fields["claim"],
         fields["entitlement"],
@@ -278,6 +346,7 @@ def parse_note(text: str | None) -> PoolNote | None:
         fields.get("class"),
         fields.get("reason"),
         None if renews is None else int(renews),
+        None if tasks is None else int(tasks),
     )
 
 

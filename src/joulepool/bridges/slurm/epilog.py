@@ -23,7 +23,7 @@ from joulepool.bridges.slurm.config import (
     read_token,
     slurm_env,
 )
-from joulepool.bridges.slurm.jobs import PoolClient, Report, list_jobs, report_job
+from joulepool.bridges.slurm.jobs import RUNS_AGAIN, PoolClient, Report, list_jobs, report_job
 from joulepool.errors import InvalidInput, PoolError
 
 RETRIES_S = (0.5, 1.0, 2.0)
@@ -33,14 +33,19 @@ HTTP_TIMEOUT_S = 10.0
 def run_epilog(config_path: Path, job_id: int) -> Report | None:
     """Report job `job_id` (§6.2), retrying while Pool is unreachable; None if not the bridge's."""
     config = read_bridge_config(config_path)
-    client = PoolClient(config.url, read_token(config.token_file), HTTP_TIMEOUT_S)
+    client = PoolClient(config.url, read_token(config.token_file), HTTP_TIMEOUT_S, config.ca_file)
     env = slurm_env()
-    jobs = list_jobs(env, job_id)
+    # For an array's id scontrol lists every task: keep this job's own record.
+    jobs = [j for j in list_jobs(env, job_id) if j.job_id == job_id]
     if not jobs:
+        return None
+    if jobs[0].state in RUNS_AGAIN or jobs[0].end_s is None:
+        # Requeued: this run ended, the job did not (slurmctld clears its EndTime at the
+        # requeue and calls this script all the same); its claim stays open until it does.
         return None
     for pause in (*RETRIES_S, None):
         try:
-            return report_job(jobs[0], client, env)
+            return report_job(jobs[0], client, env, config.gpu_wait, settle_after_s=None)
         except PoolUnreachable:
             if pause is None:
                 raise

@@ -4,6 +4,8 @@
     ETC/pool-bridge.toml      Pool's address, the fail mode, the account mapping
     ETC/pool-bridge.token     the bearer token, mode 0600, owned by SlurmUser
     ETC/pool-epilog.sh        EpilogSlurmctld: runs joulepool.bridges.slurm.epilog
+    ETC/pool-gpu-prolog.sh    with `gpu`: slurmd's Prolog and Epilog on every GPU node,
+    ETC/pool-gpu-epilog.sh    reading the job's GPUs (joulepool.bridges.slurm.gpu)
 
 and say which slurm.conf lines to add. Nothing is overwritten unless asked (`force`).
 """
@@ -33,6 +35,9 @@ LUA = "job_submit.lua"
 CONFIG = "pool-bridge.toml"
 TOKEN = "pool-bridge.token"  # noqa: S105 (a file name)
 EPILOG = "pool-epilog.sh"
+GPU_PROLOG = "pool-gpu-prolog.sh"
+GPU_EPILOG = "pool-gpu-epilog.sh"
+GPU_STATE_DIR = Path("/var/spool/pool-gpu")
 
 
 def shipped_lua() -> str:
@@ -57,6 +62,8 @@ def config_text(
     cluster: str,
     timeout_ms: int,
     fail_open: bool,
+    gpu_energy: bool = False,
+    ca_file: Path | None = None,
 ) -> str:
     """The text of `pool-bridge.toml` (the TOML subset job_submit.lua reads)."""
     lines = [
@@ -64,11 +71,17 @@ def config_text(
         "# `pool slurm agent`. Check after editing: pool slurm check-config THIS_FILE",
         "[pool]",
         f'url = "{url}"',
+        *([f'ca_file = "{ca_file}"'] if ca_file is not None else []),
         f'token_file = "{token_file}"',
         f"timeout_ms = {timeout_ms}",
         "# hold: a job waits while Pool is unreachable (fail-closed); admit: it runs unaccounted",
         f'on_unreachable = "{"admit" if fail_open else "hold"}"',
         f'cluster = "{cluster}"',
+        "# true: every GPU node runs pool-gpu-prolog.sh/-epilog.sh, and a job's GPU energy is",
+        "# added to RAPL's; false: a job that held GPUs is charged its reservation (Estimator)",
+        f"gpu_energy = {'true' if gpu_energy else 'false'}",
+        "# the agent releases a claim whose job ended unreported this many seconds ago",
+        "reconcile_after_s = 60",
         "",
         "# Slurm account = Pool entitlement. A job of an account not listed is rejected.",
         "[accounts]",
@@ -90,8 +103,20 @@ def install_config(
     slurm_user: str = "slurm",
     slurm_conf: Path | None = None,
     force: bool = False,
+    gpu: bool = False,
+    dcgm_url: str | None = None,
+    gpu_state_dir: Path = GPU_STATE_DIR,
+    node_python: str | None = None,
+    ca_file: Path | None = None,
 ) -> Installed:
-    """Write the bridge's files into `etc` (see the module docstring)."""
+    """Write the bridge's files into `etc` (see the module docstring).
+
+    With `gpu`, also the node-side Prolog and Epilog (`gpu.py`), run by slurmd as root with
+    `node_python` (an interpreter with joulepool's dependencies; this one by default), reading
+    NVML, else the DCGM exporter at `dcgm_url`.
+    """
+    if dcgm_url is not None and not re.fullmatch(r"https?://[^\s'\"]+", dcgm_url):
+        raise BridgeConfigError("--dcgm-url", "must be an http:// or https:// URL")
     for account, ent in accounts.items():
         if not ACCOUNT.match(account):
             raise BridgeConfigError(
@@ -109,7 +134,9 @@ def install_config(
     except KeyError:
         raise BridgeConfigError("--slurm-user", f"no user {slurm_user!r} on this host") from None
     etc = etc.resolve()
-    paths = {name: etc / name for name in (LUA, CONFIG, TOKEN, EPILOG)}
+    ca_file = None if ca_file is None else ca_file.resolve()
+    names = (LUA, CONFIG, TOKEN, EPILOG) + ((GPU_PROLOG, GPU_EPILOG) if gpu else ())
+    paths = {name: etc / name for name in names}
     if not force:
         present = [str(p) for p in paths.values() if p.exists()]
         if present:
@@ -128,7 +155,14 @@ def install_config(
         os.chown(token_path, owner.pw_uid, owner.pw_gid)
 
     text = config_text(
-        url, token_path, accounts, cluster=cluster, timeout_ms=timeout_ms, fail_open=fail_open
+        url,
+        token_path,
+        accounts,
+        cluster=cluster,
+        timeout_ms=timeout_ms,
+        fail_open=fail_open,
+        gpu_energy=gpu,
+        ca_file=ca_file,
     )
     _write(paths[CONFIG], text, 0o644)
     read_bridge_config(paths[CONFIG])
@@ -158,9 +192,37 @@ def install_config(
         ]
     )
     _write(paths[EPILOG], epilog, 0o755)
+    conf_lines = ["JobSubmitPlugins=lua", f"EpilogSlurmctld={paths[EPILOG]}"]
+    if gpu:
+        for phase, name in (("prolog", GPU_PROLOG), ("epilog", GPU_EPILOG)):
+            argv = [node_python or sys.executable, "-m", "joulepool.bridges.slurm.gpu", phase]
+            argv += ["--state-dir", str(gpu_state_dir)]
+            if dcgm_url is not None:
+                argv += ["--dcgm-url", dcgm_url]
+            script = "\n".join(
+                [
+                    "#!/bin/sh",
+                    f"# slurmd's {phase.title()} of the joulepool bridge: the job's GPU energy.",
+                    f"export SLURM_CONF={shlex.quote(str(conf))}",
+                    f"export PYTHONPATH={shlex.quote(str(package_root))}"
+                    '"${PYTHONPATH:+:$PYTHONPATH}"',
+                    "exec " + " ".join(shlex.quote(a) for a in argv),
+                    "",
+                ]
+            )
+            _write(paths[name], script, 0o755)
+        conf_lines += [
+            f"Prolog={paths[GPU_PROLOG]}",
+            f"Epilog={paths[GPU_EPILOG]}",
+            # Alloc: the Prolog reads the GPUs at allocation; Contain: an .extern step on
+            # every node, whose energy is a multi-node job's RAPL figure.
+            "PrologFlags=Alloc,Contain",
+            # sacct's AllocTRES lists a job's GPUs only where GPUs are accounted.
+            "AccountingStorageTRES=gres/gpu",
+        ]
     return Installed(
         paths,
-        ["JobSubmitPlugins=lua", f"EpilogSlurmctld={paths[EPILOG]}"],
+        conf_lines,
         f"SLURM_CONF={conf} pool slurm agent --config {paths[CONFIG]}",
     )
 

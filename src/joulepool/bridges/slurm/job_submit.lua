@@ -92,14 +92,18 @@ local function read_config(path)
   if type(p.url) ~= "string" or type(p.token_file) ~= "string" then
     return nil, path .. ": [pool] needs url and token_file"
   end
-  p.host, p.port = p.url:match("^http://([^:/]+):(%d+)/?$")
+  local scheme
+  scheme, p.host, p.port = p.url:match("^(https?)://([^:/]+):(%d+)/?$")
   if not p.host then
-    p.host = p.url:match("^http://([^:/]+)/?$")
-    p.port = "80"
+    scheme, p.host = p.url:match("^(https?)://([^:/]+)/?$")
+    p.port = scheme == "https" and "443" or "80"
   end
   if not p.host then
-    return nil, path .. ": [pool] url must be http://host[:port]"
+    return nil, path .. ": [pool] url must be http(s)://host[:port]"
   end
+  -- https: the certificate is verified against ca_file (the system's CAs by default).
+  p.tls = scheme == "https"
+  p.ca_file = p.ca_file or "/etc/ssl/certs/ca-certificates.crt"
   p.timeout = tonumber(p.timeout_ms or "500") / 1000
   p.fail_open = (p.on_unreachable == "admit")
   p.cluster = p.cluster or "slurm"
@@ -245,7 +249,59 @@ local function json_decode(s)
 end
 
 -- ---------------------------------------------------------------------------------------
--- HTTP/1.0 over LuaSocket with one deadline for the whole exchange
+-- HTTP/1.0 over LuaSocket (and LuaSec for https) with one deadline for the whole exchange
+
+-- Whether the server's certificate names `host` in its subjectAltName, exactly (a DNS name
+-- or an IP address; no wildcards): LuaSec checks the chain, not the name.
+local function names_host(cert, host)
+  if cert == nil then
+    return false
+  end
+  local ok, ext = pcall(cert.extensions, cert)
+  local san = ok and ext and ext["2.5.29.17"]
+  if type(san) ~= "table" then
+    return false
+  end
+  for _, kind in ipairs({ "dNSName", "iPAddress" }) do
+    for _, name in ipairs(san[kind] or {}) do
+      if string.lower(name) == string.lower(host) then
+        return true
+      end
+    end
+  end
+  return false
+end
+
+local function tls_wrap(p, conn, left)
+  local ok, ssl = pcall(require, "ssl")
+  if not ok then
+    return nil, "lua-sec is not installed on the controller (apt-get install lua-sec)"
+  end
+  local wrapped, err = ssl.wrap(conn, {
+    mode = "client",
+    protocol = "any",
+    verify = { "peer", "fail_if_no_peer_cert" },
+    cafile = p.ca_file,
+    options = { "all", "no_sslv2", "no_sslv3" },
+  })
+  if not wrapped then
+    return nil, "TLS to " .. p.url .. ": " .. tostring(err)
+  end
+  if not p.host:match("^[%d%.]+$") and wrapped.sni then
+    wrapped:sni(p.host)
+  end
+  wrapped:settimeout(left())
+  local shook, herr = wrapped:dohandshake()
+  if not shook then
+    wrapped:close()
+    return nil, "TLS handshake with " .. p.url .. " (" .. p.ca_file .. "): " .. tostring(herr)
+  end
+  if not names_host(wrapped:getpeercertificate(), p.host) then
+    wrapped:close()
+    return nil, "TLS: the certificate of " .. p.url .. " does not name " .. p.host
+  end
+  return wrapped
+end
 
 local function post(p, token, path, body)
   local ok, socket = pcall(require, "socket")
@@ -262,6 +318,14 @@ local function post(p, token, path, body)
   if not okc then
     conn:close()
     return nil, "connect to " .. p.url .. ": " .. tostring(err)
+  end
+  if p.tls then
+    local wrapped, terr = tls_wrap(p, conn, left)
+    if not wrapped then
+      conn:close()
+      return nil, terr
+    end
+    conn = wrapped
   end
   local request = "POST " .. path .. " HTTP/1.0\r\n"
     .. "Host: " .. p.host .. "\r\n"
@@ -358,6 +422,54 @@ local function devices(job_desc)
     cpus = job_desc.ntasks_per_node * per_task
   end
   return gang, cpus, "cpu"
+end
+
+-- Job arrays (docs/slurm.md, "Arrays"): one claim for the whole array, carrying every
+-- task's energy and the devices of the tasks that may run at once (all of them, or the %N
+-- throttle, which Slurm enforces). Returns the task count and how many may run at once.
+local MAX_ARRAY_TASKS = 1000000
+local function array_size(spec)
+  if spec == nil or spec == "" then
+    return nil
+  end
+  local body, throttle = spec:match("^([%d,:%-]+)%%(%d+)$")
+  if not body then
+    body = spec:match("^([%d,:%-]+)$")
+  end
+  if not body then
+    return nil, nil, "--array: '" .. spec .. "' is not understood (0-15, 1,3,5, 0-15:4, %N)"
+  end
+  local count = 0
+  for part in (body .. ","):gmatch("([^,]*),") do
+    local a, b, step = part:match("^(%d+)%-(%d+):(%d+)$")
+    if not a then
+      a, b = part:match("^(%d+)%-(%d+)$")
+      step = "1"
+    end
+    if not a then
+      a = part:match("^(%d+)$")
+      b, step = a, "1"
+    end
+    if not a or #a > 7 or #b > 7 or #step > 7 then
+      return nil, nil, "--array: '" .. part .. "' is not understood (0-15, 1,3,5, 0-15:4, %N)"
+    end
+    a, b, step = tonumber(a), tonumber(b), tonumber(step)
+    if b < a or step < 1 then
+      return nil, nil, "--array: '" .. part .. "' is an empty range"
+    end
+    count = count + math.floor((b - a) / step) + 1
+    if count > MAX_ARRAY_TASKS then
+      return nil, nil, "--array: more than " .. MAX_ARRAY_TASKS .. " tasks"
+    end
+  end
+  local at_once = count
+  if throttle then
+    if #throttle > 7 or tonumber(throttle) < 1 then
+      return nil, nil, "--array: the %N throttle must be at least 1"
+    end
+    at_once = math.min(count, tonumber(throttle))
+  end
+  return count, at_once
 end
 
 -- Energy with its unit, as people say it (issue 17; joulepool.units): 4MJ, 2.5kWh, 750J,
@@ -479,6 +591,9 @@ local function admin_comment(c, state, reason, renews)
   if c.class then
     parts[#parts + 1] = "class=" .. c.class
   end
+  if c.tasks then
+    parts[#parts + 1] = "tasks=" .. c.tasks
+  end
   parts[#parts + 1] = "state=" .. state
   if reason then
     parts[#parts + 1] = "reason=" .. reason
@@ -545,18 +660,36 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     slurm.log_user("Pool: " .. perr)
     return slurm.ERROR
   end
-  local gang, per_member = devices(job_desc)
+  local gang, per_member, kind = devices(job_desc)
+  -- Slurm gives an --exclusive job every GPU of its nodes: with gpus_per_node configured,
+  -- it claims them all, so no GPU runs that Pool did not admit.
+  local whole = tonumber(p.gpus_per_node or "")
+  if kind == "gpu" and whole and job_desc.shared == 0 and whole > tonumber(per_member) then
+    per_member = whole
+  end
+  local tasks, at_once, aerr = array_size(job_desc.array_inx)
+  if aerr then
+    slurm.log_user("Pool: " .. aerr)
+    return slurm.ERROR
+  end
+  if tasks then
+    gang = gang * at_once
+  end
   local c = {
     id = "slurm-" .. p.cluster .. "-" .. new_uuid(),
     entitlement = entitlement,
     gang = tostring(gang),
     per_member = tostring(per_member),
     class = want.class,
+    tasks = tasks and tostring(tasks) or nil,
   }
   local token = read_token(p.token_file)
   if token == nil then
     slurm.log_error("pool bridge: cannot read the token file %s", p.token_file)
     c.estimate_uj, c.grade = want.estimate_uj or "0", want.grade or "Estimator"
+    if tasks then
+      c.estimate_uj = times(c.estimate_uj, tonumber(tasks)):gsub("^0+(%d)", "%1")
+    end
     return unreachable(job_desc, p, c, "the bridge's token file is unreadable")
   end
 
@@ -581,11 +714,19 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
       return slurm.ERROR
     end
     c.estimate_uj, c.grade = answer.estimate.uj, answer.estimate.grade
+    if type(c.estimate_uj) ~= "string" or not c.estimate_uj:match("^%d+$") then
+      slurm.log_user("Pool: the estimate Pool gave is not a whole number of microjoules")
+      return slurm.ERROR
+    end
   else
     slurm.log_user("Pool: the job carries no energy estimate; give --comment=pool:estimate=4MJ[,grade=ModelBased][,class=C] or --comment=pool:class=C for a class with earned history")
     return slurm.ERROR
   end
 
+  if tasks then
+    -- The estimate is each task's; the array's claim carries every task's.
+    c.estimate_uj = times(c.estimate_uj, tonumber(tasks)):gsub("^0+(%d)", "%1")
+  end
   local status, answer = post(p, token, "/v1/claims", claim_json(c))
   if status == nil then
     return unreachable(job_desc, p, c, answer)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from joulepool.bridges.slurm.config import ADMITTED_STATES, PoolNote, PoolUnreachable, parse_note
@@ -31,6 +34,10 @@ TERMINAL = frozenset(
         "TIMEOUT",
     }
 )
+RUNS_AGAIN = frozenset(
+    {"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED"}
+)
+"""States of a job that has not ended: at the end of a run, a requeued job's."""
 _NO_FIGURE = {"", "0", "18446744073709551614", "18446744073709551615", "4294967294"}
 """sacct's ConsumedEnergyRaw when nothing was read: empty, 0, or Slurm's NO_VAL64/INFINITE64.
 A job that ran spent energy; 0 here means no meter, and unknown is not a value."""
@@ -59,15 +66,22 @@ class PoolAnswer:
 class PoolClient:
     """A minimal client of `pool serve` (API.md), standard library only."""
 
-    def __init__(self, url: str, token: str, timeout_s: float) -> None:
+    def __init__(self, url: str, token: str, timeout_s: float, ca_file: Path | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout_s = timeout_s
+        # https: the certificate chain and the host name are checked, against `ca_file`
+        # where given, else the system's CAs; never unverified.
+        self.context = (
+            ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+            if self.url.startswith("https://")
+            else None
+        )
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> PoolAnswer:
         """One request; a transport failure raises `PoolUnreachable`, an HTTP error is returned."""
         data = None if body is None else json.dumps(body).encode()
-        # read_bridge_config admits http:// URLs only, so no file: or custom scheme.
+        # read_bridge_config admits http(s):// URLs only, so no file: or custom scheme.
         req = urllib.request.Request(  # noqa: S310
             self.url + path,
             data=data,
@@ -75,7 +89,9 @@ class PoolClient:
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
+            with urllib.request.urlopen(  # noqa: S310
+                req, timeout=self.timeout_s, context=self.context
+            ) as resp:
                 return PoolAnswer(resp.status, _json(resp.read()))
         except urllib.error.HTTPError as exc:
             return PoolAnswer(exc.code, _json(exc.read()))
@@ -133,6 +149,14 @@ class SlurmJob:
     account: str
     oversubscribe: str
     note: PoolNote | None
+    gpus: int = 0
+    """GPUs allocated (scontrol's TRES gres/gpu), over all nodes."""
+    end_s: float | None = None
+    """When it ended (epoch seconds), None while it has not."""
+    array_job: int | None = None
+    """For a task of a job array, the array's job id."""
+    started: bool = True
+    """Whether it was given nodes (a job cancelled while pending never was)."""
 
     @property
     def exclusive(self) -> bool:
@@ -142,10 +166,14 @@ class SlurmJob:
 
 _RECORD = {
     "job": re.compile(r"\AJobId=(\d+) "),
+    "array": re.compile(r"\AJobId=\d+ ArrayJobId=(\d+) ArrayTaskId=\S+ "),
     "user": re.compile(r"^   UserId=([^(\s]*)\(", re.M),
     "account": re.compile(r"^   Priority=\S+ Nice=\S+ Account=(\S+) ", re.M),
     "state": re.compile(r"^   JobState=(\S+) Reason=(\S+) ", re.M),
     "oversubscribe": re.compile(r"^   OverSubscribe=(\S+) ", re.M),
+    "tres": re.compile(r"^   TRES=(\S*)$", re.M),
+    "nodes": re.compile(r"^   NodeList=(\S*)$", re.M),
+    "end": re.compile(r"^   StartTime=\S+ EndTime=(\S+) ", re.M),
 }
 _ADMIN = re.compile(r"^   AdminComment=(\S*) ?$", re.M)
 
@@ -181,11 +209,34 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 first("account"),
                 first("oversubscribe"),
                 parse_note(admin[0]) if admin else None,
+                _gpu_count(first("tres")),
+                _epoch_s(first("end")),
+                int(first("array")) if first("array") else None,
+                first("nodes") not in ("", "(null)"),
             )
         )
-    claims = Counter(j.note.claim for j in jobs if j.note is not None)
-    jobs = [j for j in jobs if j.note is None or claims[j.note.claim] == 1]
+    # The tasks of one array share its note (Slurm copies it as each task starts).
+    claims = Counter(
+        (j.note.claim, j.array_job if j.note.tasks is not None else j.job_id)
+        for j in jobs
+        if j.note is not None
+    )
+    owners = Counter(claim for claim, _ in claims)
+    jobs = [j for j in jobs if j.note is None or owners[j.note.claim] == 1]
     return sorted(jobs, key=lambda j: j.job_id)
+
+
+def _epoch_s(text: str) -> float | None:
+    """Slurm's local time (2026-12-03T14:35:43) as epoch seconds; None for Unknown."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def _gpu_count(tres: str) -> int:
+    m = _GPU_TRES.search(tres)
+    return int(m.group(1)) if m else 0
 
 
 def list_jobs(env: Mapping[str, str], job_id: int | None = None) -> list[SlurmJob]:
@@ -202,8 +253,87 @@ def list_jobs(env: Mapping[str, str], job_id: int | None = None) -> list[SlurmJo
     return parse_scontrol_jobs(out)
 
 
+GPU_ENTRY = re.compile(
+    r"\Apool-gpu:(\d+)=(?:(\d+)/(HwShunt|ModelBased|Estimator)|none/([a-z_]{1,40}))/(\d{1,4})\Z"
+)
+"""A node's GPU figure for one job, in the node's comment (see `gpu.py`)."""
+GRADES = ("HwShunt", "ModelBased", "Estimator")
+"""Best first (§2.3); a sum is graded by its weakest part."""
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnergy:
+    """What sacct says of a finished job: RAPL's figure, its nodes, its GPUs."""
+
+    cpu_uj: int | None
+    """ConsumedEnergyRaw in µJ, None where there is no figure."""
+    nodes: tuple[str, ...]
+    gpus: int
+    """GPUs allocated over all nodes (AllocTRES gres/gpu)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A bridge job sacct shows ended."""
+
+    state: str
+    end_s: float
+    """When it ended, epoch seconds."""
+    note: PoolNote
+    array_job: int | None = None
+    started: bool = True
+    """Whether it was given nodes: EpilogSlurmctld runs only for a job that was."""
+
+
+_ARRAY_TASK = re.compile(r"\A(\d+)_(\d+)\Z")
+
+
+def ended_jobs(env: Mapping[str, str], since_s: float) -> dict[int, Ended]:
+    """The bridge's jobs sacct shows ended since `since_s` (epoch seconds), by job id. A
+    requeued job's record is its latest run's, so it is not listed while it is pending or
+    running again. An array's tasks are listed each under its own job id."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since_s))
+    out = run_slurm(
+        [
+            "sacct",
+            "-a",
+            "-X",
+            "-n",
+            "-P",
+            "-S",
+            start,
+            "-o",
+            "JobIDRaw,JobID,State,End,NodeList,AdminComment",
+        ],
+        env,
+    )
+    found: dict[int, Ended] = {}
+    for line in out.splitlines():
+        cols = line.strip().split("|", 5)
+        if len(cols) != 6 or not cols[0].isdigit():
+            continue
+        state = cols[2].split(" ")[0]
+        note = parse_note(cols[5].strip() or None)
+        end_s = _epoch_s(cols[3])
+        if state not in TERMINAL or note is None or end_s is None:
+            continue
+        task = _ARRAY_TASK.match(cols[1])
+        started = cols[4] not in ("", "None assigned", "None")
+        found[int(cols[0])] = Ended(
+            state, end_s, note, int(task.group(1)) if task else None, started
+        )
+    return found
+
+
 def consumed_energy_uj(job_id: int, env: Mapping[str, str]) -> int | None:
-    """The job's energy from sacct ConsumedEnergyRaw (joules → µJ), or None when there is none.
+    """The job's energy from sacct ConsumedEnergyRaw (joules → µJ), or None (see `job_energy`)."""
+    return job_energy(job_id, env).cpu_uj
+
+
+def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
+    """RAPL's figure for the job from sacct ConsumedEnergyRaw (joules → µJ), with its nodes
+    and GPU count.
 
     The job's own line when it has a figure; else the `.extern` step (all nodes, the whole
     allocation); else, on one node, the largest step, since a batch job's `.batch` step spans
@@ -211,32 +341,96 @@ def consumed_energy_uj(job_id: int, env: Mapping[str, str]) -> int | None:
     complete figure: steps overlap in time, so summing them would count joules twice.
     """
     out = run_slurm(
-        ["sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,ConsumedEnergyRaw,NNodes"], env
+        [
+            "sacct",
+            "-j",
+            str(job_id),
+            "-n",
+            "-P",
+            "-o",
+            "JobID,ConsumedEnergyRaw,NNodes,NodeList,AllocTRES",
+        ],
+        env,
     )
     job_line: int | None = None
     extern: int | None = None
     steps: list[int] = []
     nodes = 1
+    node_list = ""
+    gpus = 0
     for line in out.splitlines():
         cols = line.strip().split("|")
-        if len(cols) < 3:
+        if len(cols) < 5:
             continue
         jid, raw, nn = cols[0], cols[1].strip(), cols[2].strip()
         figure = None if raw in _NO_FIGURE or not raw.isdigit() else int(raw) * 1_000_000
         if jid == str(job_id):
             job_line = figure
             nodes = int(nn) if nn.isdigit() else 1
+            node_list = cols[3].strip()
+            gpus = _gpu_count(cols[4].strip())
         elif figure is not None and jid.endswith(".extern"):
             extern = figure
         elif figure is not None:
             steps.append(figure)
+    names = _hostnames(node_list, env)
     if job_line is not None:
-        return job_line
+        return JobEnergy(job_line, names, gpus)
     if extern is not None:
-        return extern
+        return JobEnergy(extern, names, gpus)
     if nodes == 1 and steps:
-        return max(steps)
-    return None
+        return JobEnergy(max(steps), names, gpus)
+    return JobEnergy(None, names, gpus)
+
+
+def _hostnames(node_list: str, env: Mapping[str, str]) -> tuple[str, ...]:
+    if not node_list or node_list in ("None", "None assigned"):
+        return ()
+    out = run_slurm(["scontrol", "show", "hostnames", node_list], env)
+    return tuple(n for n in out.split() if n)
+
+
+def gpu_figures(
+    job_id: int, energy: JobEnergy, env: Mapping[str, str], wait_s: float
+) -> tuple[int, str] | None:
+    """The job's GPU energy summed over its nodes, at the weakest grade, or None (§2.3, §2.7).
+
+    Each node's Epilog publishes its figure in the node's comment (`gpu.py`); they arrive
+    while the job completes, so this waits up to `wait_s` until the entries cover every GPU
+    the job held. A node with no figure, or entries that never cover every GPU, leave the
+    job without a complete figure: None, never a partial sum.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        found: list[re.Match[str]] = []
+        for node in energy.nodes:
+            tokens = node_comment(node, env).split(",")
+            found += [
+                e
+                for e in (GPU_ENTRY.match(t) for t in tokens)
+                if e is not None and int(e.group(1)) == job_id
+            ]
+        covered = sum(int(e.group(5)) for e in found)
+        if covered >= energy.gpus or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if covered != energy.gpus or any(e.group(2) is None for e in found):
+        return None
+    grade = max((e.group(3) for e in found), key=GRADES.index)
+    return sum(int(e.group(2)) for e in found), grade
+
+
+def node_comment(node: str, env: Mapping[str, str]) -> str:
+    """A node's Slurm comment ("" when none): where the GPU Epilog publishes (`gpu.py`)."""
+    out = run_slurm(["scontrol", "show", "node", node], env)
+    m = re.search(r"^\s*Comment=(.*)$", out, re.M)
+    value = m.group(1).strip() if m else ""
+    return "" if value == "(null)" else value
+
+
+def weakest(*grades: str) -> str:
+    """The weakest of some grades (§2.3): a sum is never better than its weakest part."""
+    return max(grades, key=GRADES.index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,23 +452,106 @@ class Report:
         return out
 
 
-def report_job(job: SlurmJob, client: PoolClient, env: Mapping[str, str]) -> Report | None:
+def job_figure(
+    job_id: int, exclusive: bool, gpus: int, env: Mapping[str, str], gpu_wait_s: float | None
+) -> tuple[int, str] | None:
+    """One job's energy and grade (§2.3, §2.5), or None where any part has no figure.
+
+    RAPL's figure (sacct) plus, for a job that held GPUs, the GPU figures its nodes
+    published (`gpu_figures`; `gpu_wait_s` None: the nodes run no GPU Epilog). RAPL's
+    figure read for an exclusive allocation is HwShunt; on a shared node the node-wide
+    counter covers other jobs too, so the job's figure is a split, ModelBased. The sum takes
+    its weakest part's grade; a part with no figure leaves the whole without one.
+    """
+    energy = job_energy(job_id, env)
+    if gpus > energy.gpus:
+        # sacct lists GPUs only where slurm.conf accounts them (AccountingStorageTRES).
+        energy = JobEnergy(energy.cpu_uj, energy.nodes, gpus)
+    if energy.cpu_uj is None:
+        return None
+    figure = (energy.cpu_uj, "HwShunt" if exclusive else "ModelBased")
+    if energy.gpus == 0:
+        return figure
+    gpu = None if gpu_wait_s is None else gpu_figures(job_id, energy, env, gpu_wait_s)
+    return None if gpu is None else (figure[0] + gpu[0], weakest(figure[1], gpu[1]))
+
+
+def array_figure(
+    job: SlurmJob,
+    note: PoolNote,
+    env: Mapping[str, str],
+    gpu_wait_s: float | None,
+    settle_after_s: float | None = 0.0,
+) -> tuple[int, str] | None:
+    """A job array's energy once every task has ended: each task's figure, summed; a task
+    with no figure, or that never ran, counts its share of the estimate, graded Estimator.
+    None while a task is still pending or running, or ended less than `settle_after_s` ago
+    (§6.2: the claim is the whole array's): a task that ended a moment ago may not have its
+    final figure in sacct yet (its own epilog is still at work), so the epilog (None: never)
+    leaves arrays to the agent's pass after its grace period."""
+    if settle_after_s is None:
+        return None
+    assert job.array_job is not None
+    assert note.tasks is not None
+    out = run_slurm(
+        ["sacct", "-j", str(job.array_job), "-X", "-n", "-P", "-o", "JobIDRaw,JobID,State,End"],
+        env,
+    )
+    tasks: list[int] = []
+    now = time.time()
+    for line in out.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) != 4 or not cols[0].isdigit():
+            continue
+        end_s = _epoch_s(cols[3])
+        if cols[2].split(" ")[0] not in TERMINAL or end_s is None:
+            return None
+        if now - end_s < settle_after_s:
+            return None
+        if _ARRAY_TASK.match(cols[1]):
+            tasks.append(int(cols[0]))
+    tasks = sorted(set(tasks) | {job.job_id})
+    per_task = note.estimate_uj // note.tasks
+    total, grades = 0, []
+    for task in tasks[: note.tasks]:
+        figure = job_figure(task, job.exclusive, job.gpus, env, gpu_wait_s)
+        total += per_task if figure is None else figure[0]
+        grades.append("Estimator" if figure is None else figure[1])
+    missing = note.tasks - len(tasks[: note.tasks])
+    total += missing * per_task
+    grades += ["Estimator"] * (missing > 0)
+    return total, weakest(*grades)
+
+
+def report_job(
+    job: SlurmJob,
+    client: PoolClient,
+    env: Mapping[str, str],
+    gpu_wait_s: float | None = None,
+    settle_after_s: float | None = 0.0,
+) -> Report | None:
     """Release a finished job's claim with what it spent (§6.2), graded by the evidence (§2.3).
 
-    A figure read for an exclusive allocation is HwShunt; on a shared node the node-wide
-    counter covers other jobs too, so the job's figure is a split, ModelBased (§2.5). With no
-    figure at all the claim is charged its reservation, graded Estimator: never 0 (unknown is
-    not a value), never a better grade than the evidence. Returns None for a job that is not
-    the bridge's, or that Pool never admitted.
+    The actual is `job_figure`'s (for a task of an array, `array_figure`'s, once the whole
+    array has ended). Where there is no figure the claim is charged its reservation, graded
+    Estimator: never 0 (unknown is not a value), never a partial sum, never a better grade
+    than the evidence. Returns None for a job that is not the bridge's, or that Pool never
+    admitted; outcome `array_running` while its array is not settled (see `array_figure`).
     """
     note = job.note
     if note is None:
         return None
     if note.state not in ADMITTED_STATES:
         return Report(job.job_id, note.claim, "not_admitted")
-    energy = consumed_energy_uj(job.job_id, env)
-    if energy is not None:
-        actual, grade = energy, "HwShunt" if job.exclusive else "ModelBased"
+    figure: tuple[int, str] | None
+    if note.tasks is not None and job.array_job is not None:
+        figure = array_figure(job, note, env, gpu_wait_s, settle_after_s)
+        if figure is None:
+            return Report(job.job_id, note.claim, "array_running")
+    else:
+        figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s)
+    if figure is not None:
+        actual, grade = figure
     else:
         state = client.call("GET", f"/v1/claims/{note.claim}")
         if state.status == 404:

@@ -1,9 +1,9 @@
-"""A real, throwaway single-node Slurm 22.05 for tests, demos and benchmarks of the bridge.
+"""A real, throwaway single-node Slurm 22.05 for the bridge's tests (TEST ONLY).
 
 It follows this project's Slurm bring-up recipe (bringup.sh, its recipe README), done from
 Python and kept hermetic: every daemon is started from the installed Debian packages as a
-child process (munged, mariadbd, slurmdbd, slurmctld, slurmd, and the simulated RAPL meter
-of `fake_rapl`), every file lives under one folder, ports are free ones picked at start,
+child process (munged, mariadbd, slurmdbd, slurmctld, slurmd, the simulated RAPL meter
+of `fake_rapl` and the simulated DCGM exporter of `fake_dcgm`), every file lives under one folder, ports are free ones picked at start,
 and `stop()` ends each child by its PID. Nothing runs under systemd, nothing is left.
 
 The one thing outside the folder is the simulated meter's register files at
@@ -23,6 +23,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from pathlib import Path
 from joulepool.errors import PoolError
 from joulepool.files import write_atomically
 
-CORE_PACKAGES = ("slurm-wlm", "munge", "lua-socket")
+CORE_PACKAGES = ("slurm-wlm", "munge", "lua-socket", "lua-sec")
 ACCOUNTING_PACKAGES = ("slurmdbd", "slurm-wlm-mysql-plugin", "mariadb-server")
 _CORE_FILES = {
     "/usr/sbin/slurmctld": "slurm-wlm",
@@ -42,6 +43,7 @@ _CORE_FILES = {
     "/usr/bin/sbatch": "slurm-wlm",
     "/usr/sbin/munged": "munge",
     "/usr/share/lua/5.1/socket/http.lua": "lua-socket",
+    "/usr/share/lua/5.1/ssl.lua": "lua-sec",
 }
 _ACCOUNTING_FILES = {
     "/usr/sbin/slurmdbd": "slurmdbd",
@@ -49,14 +51,7 @@ _ACCOUNTING_FILES = {
     "/usr/sbin/mariadbd": "mariadb-server",
 }
 CLUSTER = "pooltest"
-_STAND_IN_DEVICES = (
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/urandom",
-    "/dev/random",
-    "/dev/tty",
-)
+MAX_GPUS = 16
 NODE = "localhost"
 PARTITION = "debug"
 
@@ -122,11 +117,20 @@ class TestbedOptions:
     """slurmdbd + MariaDB, and energy from the simulated RAPL meter (sacct ConsumedEnergyRaw)."""
     cpus: int = 8
     """CPUs the node advertises (SlurmdParameters=config_overrides lets it exceed the host)."""
+    nodes: int = 1
+    """slurmd daemons, each its own node (Slurm's multiple-slurmd: one host, one port each)."""
     gpus: int = 4
-    """Count-only `gpu` GRES on the node (no device files: for admission, not for binding)."""
+    """`gpu` GRES on each node, backed by device files the testbed makes (see `_gpu_files`)."""
     watts: int = 100
     """The simulated package's draw."""
+    gpu_watts: int = 250
+    """Each simulated GPU's draw, served by the simulated DCGM exporter."""
+    dcgm_port: int | None = None
+    """The simulated exporter's port (a free one when None)."""
     epilog_slurmctld: Path | None = None
+    prolog: Path | None = None
+    """slurmd's Prolog (run at allocation: PrologFlags=Alloc) and Epilog, as root."""
+    epilog: Path | None = None
     extra_conf: Sequence[str] = ()
 
 
@@ -189,14 +193,18 @@ class Testbed:
         try:
             self._layout()
             self._start_munge()
+            if self.options.gpus:
+                self._start_dcgm()
             if self.options.accounting:
                 self._start_meter()
                 self._start_mariadb()
                 self._start_slurmdbd()
             self._write_slurm_conf()
             self._start("slurmctld", ["/usr/sbin/slurmctld", "-D"])
-            self._start("slurmd", ["/usr/sbin/slurmd", "-D", "-N", NODE])
-            self._wait("node idle", self._node_idle, 20.0)
+            for node in self.node_names:
+                (self.root / "spool" / node).mkdir(exist_ok=True)
+                self._start(f"slurmd-{node}", ["/usr/sbin/slurmd", "-D", "-N", node])
+            self._wait("node idle", self._node_idle, 30.0)
         except BaseException:
             self.stop()
             raise
@@ -215,7 +223,15 @@ class Testbed:
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and self.squeue_ids():
                 time.sleep(0.1)
-        for name in ("slurmd", "slurmctld", "slurmdbd", "mariadb", "munged", "fake_rapl"):
+        for name in (
+            *(f"slurmd-{node}" for node in self.node_names),
+            "slurmctld",
+            "slurmdbd",
+            "mariadb",
+            "munged",
+            "fake_rapl",
+            "fake_dcgm",
+        ):
             proc = self.procs.pop(name, None)
             if proc is None or proc.poll() is not None:
                 continue
@@ -267,6 +283,17 @@ class Testbed:
         mtime = max(before + 1, int(time.time()) + 1)
         os.utime(self.job_submit, (mtime, mtime))
 
+    def kill_slurmctld(self) -> None:
+        """SIGKILL slurmctld, as a crash would (its scripts' children are left running)."""
+        proc = self.procs.pop("slurmctld")
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def start_slurmctld(self) -> None:
+        """Start slurmctld again from its saved state."""
+        self._start("slurmctld", ["/usr/sbin/slurmctld", "-D"])
+        self._wait("slurmctld", lambda: self.run(["scontrol", "ping"]).returncode == 0, 30.0)
+
     @contextlib.contextmanager
     def meter_stopped(self) -> Iterator[None]:
         """Freeze the simulated meter (SIGSTOP): a job run meanwhile reads no energy."""
@@ -293,6 +320,7 @@ class Testbed:
         if not self.job_submit.exists():
             self.set_job_submit(NOOP_JOB_SUBMIT)
         self.ports = {name: free_port() for name in ("slurmctld", "slurmd", "slurmdbd", "mariadb")}
+        self.ports["dcgm"] = self.options.dcgm_port or free_port()
 
     def _start(self, name: str, argv: Sequence[str], *, user: str | None = None) -> None:
         out = (self.log / f"{name}.out").open("ab")
@@ -359,8 +387,7 @@ class Testbed:
             "fake_rapl",
             [
                 sys.executable,
-                "-m",
-                "joulepool.bridges.slurm.fake_rapl",
+                str(Path(__file__).with_name("fake_rapl.py")),
                 "--watts",
                 str(self.options.watts),
                 "--ready-file",
@@ -368,6 +395,56 @@ class Testbed:
             ],
         )
         self._wait("the simulated RAPL meter", ready.exists, 10.0)
+
+    @property
+    def node_names(self) -> list[str]:
+        """The nodes' names: `localhost` alone, or node1, node2, ... on one host."""
+        if self.options.nodes == 1:
+            return [NODE]
+        return [f"node{i}" for i in range(1, self.options.nodes + 1)]
+
+    @property
+    def dcgm_url(self) -> str:
+        """The simulated DCGM exporter's metrics URL."""
+        return f"http://127.0.0.1:{self.ports['dcgm']}/metrics"
+
+    def reset_gpu_counters(self) -> None:
+        """Reset the simulated GPUs' counters to 0, as a driver reload does."""
+        self.procs["fake_dcgm"].send_signal(signal.SIGUSR1)
+
+    def _start_dcgm(self) -> None:
+        ready = self.root / "fake_dcgm.ready"
+        self._start(
+            "fake_dcgm",
+            [
+                sys.executable,
+                str(Path(__file__).with_name("fake_dcgm.py")),
+                "--port",
+                str(self.ports["dcgm"]),
+                "--gpus",
+                str(self.options.gpus * self.options.nodes),
+                "--watts",
+                str(self.options.gpu_watts),
+                "--ready-file",
+                str(ready),
+            ],
+        )
+        self._wait("the simulated DCGM exporter", ready.exists, 10.0)
+
+    def _gpu_files(self, first: int) -> str:
+        """Character devices standing in for /dev/nvidiaN (slurmd counts a gpu GRES only from
+        device files, and names each GPU by its file's number): clones of /dev/null, which
+        task/none never binds, so they only make the count and the indices. Each node has
+        its own numbers, so its GPUs are its own series at the simulated exporter."""
+        folder = self.root / "dev"
+        folder.mkdir(exist_ok=True)
+        null = os.stat("/dev/null").st_rdev
+        last = first + self.options.gpus - 1
+        for i in range(first, last + 1):
+            path = folder / f"nvidia{i}"
+            if not path.exists():
+                os.mknod(path, 0o666 | stat.S_IFCHR, null)
+        return f"{folder}/nvidia[{first}-{last}]"
 
     def _start_mariadb(self) -> None:
         data = self.root / "mysql"
@@ -434,11 +511,11 @@ class Testbed:
             f"AuthInfo=socket={self.munge_socket}",
             "CredType=cred/munge",
             f"StateSaveLocation={self.root / 'state'}",
-            f"SlurmdSpoolDir={self.root / 'spool'}",
+            f"SlurmdSpoolDir={self.root / 'spool' / '%n'}",
             f"SlurmctldPidFile={self.root / 'state' / 'slurmctld.pid'}",
-            f"SlurmdPidFile={self.root / 'spool' / 'slurmd.pid'}",
+            f"SlurmdPidFile={self.root / 'spool' / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={self.log / 'slurmctld.log'}",
-            f"SlurmdLogFile={self.log / 'slurmd.log'}",
+            f"SlurmdLogFile={self.log / 'slurmd-%n.log'}",
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "SelectType=select/cons_tres",
@@ -460,6 +537,8 @@ class Testbed:
                 # it looks for the system munged's socket, which the testbed does not start.
                 f"AccountingStoragePass={self.munge_socket}",
                 "AccountingStoreFlags=job_comment",
+                # sacct's AllocTRES lists a job's GPUs only where GPUs are accounted.
+                "AccountingStorageTRES=gres/gpu",
                 "AcctGatherEnergyType=acct_gather_energy/rapl",
                 "AcctGatherNodeFreq=5",
                 "JobAcctGatherFrequency=energy=5,task=5",
@@ -468,33 +547,50 @@ class Testbed:
             lines.append("AccountingStorageType=accounting_storage/none")
         if o.epilog_slurmctld is not None:
             lines.append(f"EpilogSlurmctld={o.epilog_slurmctld}")
+        if o.prolog is not None:
+            # Contain: an .extern step spanning every node, the energy figure of a job on
+            # several nodes (one node's job has its own line).
+            contain = ",Contain" if o.nodes > 1 else ""
+            lines += [f"Prolog={o.prolog}", f"PrologFlags=Alloc{contain}"]
+        if o.epilog is not None:
+            lines.append(f"Epilog={o.epilog}")
         gres = ""
         if o.gpus:
             lines.append("GresTypes=gpu")
             gres = f" Gres=gpu:{o.gpus}"
-            # slurmd counts a gpu GRES only from its device files (Count= alone registers 0,
-            # and the node is drained as INVAL). Any character devices do: task/none binds
-            # nothing, so these stand-ins only make the count.
-            if o.gpus > len(_STAND_IN_DEVICES):
-                raise TestbedFailed(
-                    f"at most {len(_STAND_IN_DEVICES)} stand-in GPUs, asked {o.gpus}"
-                )
-            files = ",".join(_STAND_IN_DEVICES[: o.gpus])
+            if o.gpus > MAX_GPUS:
+                raise TestbedFailed(f"at most {MAX_GPUS} simulated GPUs, asked {o.gpus}")
             (self.etc / "gres.conf").write_text(
-                f"NodeName={NODE} Name=gpu File={files}\n", encoding="utf-8"
+                "".join(
+                    f"NodeName={node} Name=gpu File={self._gpu_files(k * o.gpus)}\n"
+                    for k, node in enumerate(self.node_names)
+                ),
+                encoding="utf-8",
             )
         lines += list(o.extra_conf)
+        for node in self.node_names:
+            where = ""
+            if o.nodes > 1:
+                where = f" NodeHostname=localhost NodeAddr=127.0.0.1 Port={free_port()}"
+            lines.append(
+                f"NodeName={node}{where} CPUs={o.cpus} Sockets=1 CoresPerSocket={o.cpus}"
+                f" ThreadsPerCore=1 RealMemory=2000{gres} State=UNKNOWN"
+            )
         lines += [
-            f"NodeName={NODE} CPUs={o.cpus} Sockets=1 CoresPerSocket={o.cpus} ThreadsPerCore=1"
-            f" RealMemory=2000{gres} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName={PARTITION} Nodes={','.join(self.node_names)} Default=YES"
+            " MaxTime=INFINITE State=UP",
             "",
         ]
         self.conf.write_text("\n".join(lines), encoding="utf-8")
 
     def _node_idle(self) -> bool:
-        out = self.run(["sinfo", "-h", "-o", "%t"], timeout=10)
-        return out.returncode == 0 and out.stdout.strip().startswith("idle")
+        out = self.run(["sinfo", "-h", "-N", "-o", "%t"], timeout=10)
+        states = out.stdout.split()
+        return (
+            out.returncode == 0
+            and len(states) == len(self.node_names)
+            and all(t.startswith("idle") for t in states)
+        )
 
 
 def _port_open(port: int) -> bool:
