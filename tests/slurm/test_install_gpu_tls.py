@@ -92,6 +92,8 @@ def test_api_install_config_writes_the_gpu_prolog_epilog_and_tls_settings(
         ("gpus_per_node = 0", "pool.gpus_per_node"),
         ("reconcile_after_s = 86401", "pool.reconcile_after_s"),
         ('url = "ftp://pool.example"', "pool.url"),
+        ('url = "http://pool.example:7460"', "pool.url"),
+        ('url = "http://10.0.0.5:7460"', "pool.url"),
     ],
 )
 def test_api_bad_bridge_settings_are_refused_naming_the_key(
@@ -104,3 +106,11 @@ def test_api_bad_bridge_settings_are_refused_naming_the_key(
     path.write_text(base + line + "\n")
     with pytest.raises(BridgeConfigError, match=key.replace(".", r"\.")):
         read_bridge_config(path)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:7460", "http://localhost:7460"])
+def test_api_plain_http_is_taken_only_to_this_machine(tmp_path: Path, url: str) -> None:
+    """The token never crosses a network in clear: http:// is refused except to loopback."""
+    path = tmp_path / "pool-bridge.toml"
+    path.write_text(f'[pool]\nurl = "{url}"\ntoken_file = "/etc/slurm/t"\n')
+    assert read_bridge_config(path).url == url

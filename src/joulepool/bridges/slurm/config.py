@@ -154,6 +154,15 @@ def read_bridge_config(path: Path) -> BridgeConfig:
     url = pool.get("url")
     if not isinstance(url, str) or not re.fullmatch(r"https?://[^:/\s\"]+(:\d+)?/?", url):
         raise BridgeConfigError(f"{where}: pool.url", "must be http(s)://host[:port]")
+    scheme, _, rest = url.partition("://")
+    host = rest.split(":")[0].split("/")[0]
+    if scheme == "http" and not (host == "localhost" or re.fullmatch(r"127(\.\d{1,3}){3}", host)):
+        # The bearer token rides on every request: over the network only inside TLS.
+        raise BridgeConfigError(
+            f"{where}: pool.url",
+            "http:// would send the token in clear; use https:// (plain http only to "
+            "127.0.0.1 or localhost)",
+        )
     ca_file = pool.get("ca_file")
     if ca_file is not None and (not isinstance(ca_file, str) or not ca_file.startswith("/")):
         raise BridgeConfigError(f"{where}: pool.ca_file", "must be an absolute path")

@@ -103,6 +103,11 @@ local function read_config(path)
   end
   -- https: the certificate is verified against ca_file (the system's CAs by default).
   p.tls = scheme == "https"
+  -- The bearer token rides on every request: over the network only inside TLS.
+  if not p.tls and not (p.host == "localhost" or p.host:match("^127%.%d+%.%d+%.%d+$")) then
+    return nil, path .. ": [pool] url: http:// would send the token in clear; use https:// "
+      .. "(plain http only to 127.0.0.1 or localhost)"
+  end
   p.ca_file = p.ca_file or "/etc/ssl/certs/ca-certificates.crt"
   p.timeout = tonumber(p.timeout_ms or "500") / 1000
   p.fail_open = (p.on_unreachable == "admit")
