@@ -36,7 +36,7 @@ import hashlib
 import heapq
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Protocol
 
@@ -74,6 +74,7 @@ class Step:
     borrowed_uj: int = 0
     source: str = GUESS
     estimate: int = 0
+    first: int = 0
 
 
 class Admission(Protocol):
@@ -89,8 +90,9 @@ class Admission(Protocol):
         """Job `index` ended now; charge what it drew. Whether that was less than it held."""
         ...
 
-    def refresh(self, class_: str) -> bool:
-        """Re-read the class's earned estimate; whether it changed (§2.6)."""
+    def changed(self, classes: set[str]) -> set[str]:
+        """Re-read the earned estimates of `classes`; every class whose estimate changed
+        since the last call (§2.6)."""
         ...
 
     def class_version(self, class_: str) -> int:
@@ -141,6 +143,7 @@ class PoolAdmission:
         self._earned: dict[str, Derived | None] = {}
         self._stale: set[str] = set()
         self._versions: Counter[str] = Counter()
+        self._changed: set[str] = set()
         self.reserved: dict[int, int] = {}
 
     def _decide(self, index: int, estimate: Energy, source: str) -> Step:
@@ -155,18 +158,26 @@ class PoolAdmission:
         )
         verdict = self.pool.submit(claim).verdict
         if isinstance(verdict, Admit):
-            return Step("admit", "", verdict.reserved.uj, verdict.borrowed_uj, source, estimate.uj)
+            return Step(
+                "admit", "", verdict.reserved.uj, verdict.borrowed_uj, source, estimate.uj
+            )
+        figure = estimate.uj
         if isinstance(verdict, Queue):
-            return Step("queue", verdict.reason.value, source=source, estimate=estimate.uj)
+            return Step("queue", verdict.reason.value, source=source, estimate=figure, first=figure)
         assert isinstance(verdict, Deny)
-        return Step("deny", verdict.reason.value, source=source, estimate=estimate.uj)
+        return Step("deny", verdict.reason.value, source=source, estimate=figure, first=figure)
 
     def earned(self, class_: str) -> Derived | None:
         """The class's earned estimate, re-read from the pool when a release made it stale."""
         if class_ in self._stale or class_ not in self._earned:
             self._stale.discard(class_)
+            before = self._earned.get(class_)
             derived = self.pool.estimate(class_)
-            self._earned[class_] = derived if isinstance(derived, Derived) else None
+            after = derived if isinstance(derived, Derived) else None
+            self._earned[class_] = after
+            if (before.estimate if before else None) != (after.estimate if after else None):
+                self._versions[class_] += 1
+                self._changed.add(class_)
         return self._earned[class_]
 
     def submit(self, index: int, now_us: int) -> Step:
@@ -179,7 +190,7 @@ class PoolAdmission:
         if self.mode == EARNED and step.reason in _GUESS_REFUSED:
             derived = self.earned(self.jobs[index].class_)
             if derived is not None:
-                step = self._decide(index, derived.estimate, EARNED)
+                step = replace(self._decide(index, derived.estimate, EARNED), first=guess.uj)
         if step.verdict == "admit":
             self.reserved[index] = step.reserved_uj
         return step
@@ -189,34 +200,40 @@ class PoolAdmission:
         self.now_us = now_us
         j = self.jobs[index]
         self.pool.release(j.job.id, j.actual)
-        self._stale.add(j.class_)
+        held = self._earned.get(j.class_)
+        # §2.6 derives the largest measured figure: a measured release at or below the
+        # class's earned estimate cannot change it, so the pool is not asked again.
+        if held is None or not j.actual.grade.observed or j.actual.uj > held.max_uj:
+            self._stale.add(j.class_)
         return j.actual.uj < self.reserved.pop(index)
 
-    def refresh(self, class_: str) -> bool:
-        """Re-read the earned estimate of a class just released; whether it changed."""
-        if self.mode != EARNED:
-            return False
-        before = self._earned.get(class_)
-        after = self.earned(class_)
-        changed = (before.estimate if before else None) != (after.estimate if after else None)
-        if changed:
-            self._versions[class_] += 1
-        return changed
+    def changed(self, classes: set[str]) -> set[str]:
+        """Re-read the earned estimates of `classes` (just released, claims waiting); every
+        class whose estimate changed since the last call, by these reads or any other."""
+        if self.mode == EARNED:
+            for class_ in sorted(classes):
+                self.earned(class_)
+        out, self._changed = self._changed, set()
+        return out
 
     def class_version(self, class_: str) -> int:
         """Moves when the class's earned estimate changes."""
         return self._versions[class_]
 
     def room(self, tenant: str, now_us: int) -> tuple[int, int]:
-        """The guarantee left in this period, and the weighted share of the siblings' unspent
-        guarantees (§2.2): the most a claim could borrow now."""
+        """The guarantee left in this period, and the most a claim could borrow now: its
+        weighted share of the siblings' unspent guarantees (§2.2), less what is lent."""
         self.now_us = now_us
         usage = self.pool.state.current(self.pool.now_ms())
         tree = self.pool.tree
         ent = tree[tenant]
+        left = ent.guarantee_uj - usage.spent_uj(tenant)
+        lendable = usage.lendable_uj(tenant)
         group = tree.group_weight(tenant)
-        share = usage.lendable_uj(tenant) * ent.over_quota_weight // group if group else 0
-        return ent.guarantee_uj - usage.spent_uj(tenant), share
+        share = lendable * ent.over_quota_weight // group if group else 0
+        # The siblings' loans outstanding bound it too (§4.4: the group within what is lendable).
+        unlent = lendable - usage.group_borrowed_uj(tenant) + max(0, -left)
+        return left, max(0, min(share, unlent))
 
 
 class GpuTimeAdmission:
@@ -232,7 +249,8 @@ class GpuTimeAdmission:
         j = self.jobs[index]
         period = self.schedule.index_at(now_us // 1000)
         d = self.quota.start(j.job.id, j.job.tenant, j.devices, j.requested_us, period)
-        return Step(d.verdict, d.reason, estimate=j.devices * j.requested_us)
+        request = j.devices * j.requested_us
+        return Step(d.verdict, d.reason, estimate=request, first=request)
 
     def release(self, index: int, now_us: int) -> bool:
         """Charge the GPU-time the job ran."""
@@ -240,9 +258,9 @@ class GpuTimeAdmission:
         self.quota.finish(j.job.id, j.duration_us)
         return j.duration_us < j.requested_us
 
-    def refresh(self, class_: str) -> bool:
+    def changed(self, classes: set[str]) -> set[str]:
         """No estimate is ever earned here."""
-        return False
+        return set()
 
     def class_version(self, class_: str) -> int:
         """Never moves."""
@@ -270,6 +288,7 @@ class JobOutcome:
     queue_reasons: set[str] = field(default_factory=set)
     at_renewal: bool = False
     estimate: int = 0
+    first_estimate: int = 0
 
     @property
     def started(self) -> bool:
@@ -385,6 +404,7 @@ def replay_trace(
             return True
         if step.verdict == "queue":
             out.estimate = step.estimate
+            out.first_estimate = step.first
             out.last_queue_reason = step.reason
             out.queue_reasons.add(step.reason)
             return False
@@ -398,9 +418,10 @@ def replay_trace(
         category = _category(out.last_queue_reason or "")
         if category == "devices" or stamps[index][-1] != admission.class_version(out.job.class_):
             return False
-        if category == "own":
-            return out.estimate > left
-        return out.estimate - left > share
+        # The first estimate tried (the guess, in pool/1) is admitted whenever it fits.
+        if out.first_estimate <= left:
+            return False
+        return category == "own" or out.estimate - left > share
 
     def retry(tenant: str, now_us: int, renewal: bool) -> None:
         waiting = queues.get(tenant)
@@ -417,7 +438,7 @@ def replay_trace(
                     break
                 if (
                     devices[index] > free
-                    or (not renewal and cannot_fit(index, left, share))
+                    or cannot_fit(index, left, share)
                     or stamps[index] == stamp(index)
                 ):
                     keep.append(index)
@@ -476,8 +497,9 @@ def replay_trace(
         now_period = schedule.index_at(now_us // 1000)
         renewal = now_period != period
         period = now_period
-        for class_ in sorted(classes):
-            if any(class_waiting[(t, class_)] for t in queues) and admission.refresh(class_):
+        if woken or renewal:
+            asked = {c for c in classes if any(class_waiting[(t, c)] for t in queues)}
+            for class_ in admission.changed(asked):
                 woken.update(t for t in queues if class_waiting[(t, class_)])
         if fell_any != fell_before:
             woken.update(t for t, n in surplus_waiting.items() if n)
