@@ -158,9 +158,7 @@ class PoolAdmission:
         )
         verdict = self.pool.submit(claim).verdict
         if isinstance(verdict, Admit):
-            return Step(
-                "admit", "", verdict.reserved.uj, verdict.borrowed_uj, source, estimate.uj
-            )
+            return Step("admit", "", verdict.reserved.uj, verdict.borrowed_uj, source, estimate.uj)
         figure = estimate.uj
         if isinstance(verdict, Queue):
             return Step("queue", verdict.reason.value, source=source, estimate=figure, first=figure)
@@ -254,16 +252,19 @@ class GpuTimeAdmission:
 
     def release(self, index: int, now_us: int) -> bool:
         """Charge the GPU-time the job ran."""
+        del now_us  # the job's own run time is what is charged, whenever it ends
         j = self.jobs[index]
         self.quota.finish(j.job.id, j.duration_us)
         return j.duration_us < j.requested_us
 
     def changed(self, classes: set[str]) -> set[str]:
         """No estimate is ever earned here."""
+        del classes
         return set()
 
     def class_version(self, class_: str) -> int:
         """Never moves."""
+        del class_
         return 0
 
     def room(self, tenant: str, now_us: int) -> tuple[int, int]:

@@ -114,9 +114,7 @@ def simulated(modelled: ModelledJob, errors: ErrorModel, gpus_per_node: int) -> 
     m = errors.multiplier(modelled.job)
     guess_uj = max(1, math.ceil(modelled.energy.uj * m))
     grade = (
-        Grade.HwShunt
-        if holds_whole_nodes(modelled.job.gpus, gpus_per_node)
-        else Grade.ModelBased
+        Grade.HwShunt if holds_whole_nodes(modelled.job.gpus, gpus_per_node) else Grade.ModelBased
     )
     return SimJob(
         modelled=modelled,

@@ -55,13 +55,17 @@ DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
 """The traces shipped inside the package (data/traces/README.md lists them, with their
 licences): found beside this module, never relative to the working folder, so
 `pool simulate` runs from a fresh clone anywhere. Seeds 0, 1 and 2 ship."""
-DEFAULT_GPUS = 704
-"""352 Philly nodes (Helios's VC sizes) at 2 GPUs each, the smaller of Philly's node types."""
+DEFAULT_SAMPLE = 4
+"""Every 4th job of each VC's trace file is replayed (lines 1, 5, 9, ...), on a quarter of
+the cluster with a quarter of the budget: the whole grid then runs in minutes on 2 cores.
+The sample keeps the trace's span, so every budget period of it is replayed."""
+DEFAULT_GPUS = 176
+"""A quarter of 352 Philly nodes (Helios's VC sizes) at 2 GPUs each, for the 1-in-4 sample."""
 GPUS_PER_NODE = 2
 DEFAULT_SEEDS = (0, 1, 2)
-DEFAULT_BUDGETS_UJ = (25 * 10**15, 35 * 10**15, 50 * 10**15)
-"""Cluster energy per week: 25, 35 and 50 GJ, about 55%, 75% and 110% of the modelled
-demand of an average week of seed 0's arrivals (823 GJ over 17.9 weeks)."""
+DEFAULT_BUDGETS_UJ = (6 * 10**15, 9 * 10**15, 12 * 10**15)
+"""Cluster energy per week for the 1-in-4 sample: 6, 9 and 12 GJ, about 50%, 80% and 105% of
+the modelled demand of an average week of seed 0's sampled arrivals."""
 DEFAULT_TDP_W = 300
 """The V100 SXM2's rated board power, W: the figure TDP-modelled jobs draw."""
 PERIOD_DAYS = {"week": 7, "month": 30}
@@ -81,6 +85,7 @@ class Settings:
     gpus: int = DEFAULT_GPUS
     tdp_w: int = DEFAULT_TDP_W
     first_jobs: int | None = None
+    sample: int = DEFAULT_SAMPLE
     error_seed: int = 0
     error_median: Fraction = Fraction(2)
     error_sigma: Fraction = Fraction(1)
@@ -174,7 +179,9 @@ class Evaluation:
 def load_trace(settings: Settings, seed: int) -> Trace:
     """Read, model and draw errors for one seed's jobs (energy.py, estimates.py)."""
     path = settings.trace_path(seed)
-    trace = read_trace(path)
+    if settings.sample < 1:
+        raise SimulationConfigError(f"--sample must be at least 1, got {settings.sample}")
+    trace = [j for j in read_trace(path) if (j.line - 1) % settings.sample == 0]
     if settings.first_jobs is not None:
         trace = trace[: settings.first_jobs]
     sizes_all = read_vc_sizes(settings.sizes_path)
@@ -204,6 +211,11 @@ def load_trace(settings: Settings, seed: int) -> Trace:
     end_ms = schedule.period(schedule.index_at(last // 1000) + settings.drain_periods).start_ms
     assert end_ms is not None
     return Trace(seed, path, sizes, jobs, dict(no_size), unmodelled, end_ms * 1000)
+
+
+def _summary(run: Run, key: str, title: str, trace: Trace, budget: int, gpus: int) -> Summary:
+    shares = split_in_proportion(budget, trace.sizes)
+    return summarise(run, key, title, shares, trace.sizes, budget, gpus)
 
 
 def evaluate(settings: Settings, progress: Callable[[str], None] | None = None) -> Evaluation:
@@ -238,13 +250,14 @@ def evaluate(settings: Settings, progress: Callable[[str], None] | None = None) 
             horizon_us=trace.horizon_us,
         )
         for budget in settings.budgets_uj:
-            shares = split_in_proportion(budget, sizes)
             # The same budget in GPU-time, at the replayed jobs' mean modelled power per GPU.
             budget_gpu_us = budget * trace.gpu_us // trace.demand_uj
             cell = Cell(seed, budget, budget_gpu_us, {})
 
-            def summary(run: Run, key: str, title: str) -> Summary:
-                return summarise(run, key, title, shares, sizes, budget, settings.gpus)
+            def summary(
+                run: Run, key: str, title: str, budget: int = budget, trace: Trace = trace
+            ) -> Summary:
+                return _summary(run, key, title, trace, budget, settings.gpus)
 
             cell.summaries["devices"] = summary(quota_run, "devices", devices.title)
             say(f"seed {seed}, budget {budget:,} µJ: GPU-hour quota, grade-blind, pool/1")

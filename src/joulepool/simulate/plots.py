@@ -101,9 +101,7 @@ def plot_earned(ev: Evaluation, path: Path) -> None:
             continue
         s = cell.summaries["pool1"]
         days = s.class_earned_days
-        ax.step(
-            [0, *days], list(range(len(days) + 1)), where="post", label=f"seed {cell.seed}"
-        )
+        ax.step([0, *days], list(range(len(days) + 1)), where="post", label=f"seed {cell.seed}")
         ax.axhline(s.classes, linestyle=":", linewidth=0.6, color="grey")
     ax.set_xlabel("days since the trace's first arrival")
     ax.set_ylabel("classes with an earned estimate")

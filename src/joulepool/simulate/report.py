@@ -121,6 +121,7 @@ def command(settings: Settings, out: Path) -> str:
         parts += ["--period", s.period, "--gpu-type", s.gpu_type, "--gpus", str(s.gpus)]
         parts += ["--tdp-w", str(s.tdp_w), "--error-seed", str(s.error_seed)]
         parts += ["--error-median", str(s.error_median), "--error-sigma", str(s.error_sigma)]
+        parts += ["--sample", str(s.sample)]
         if s.first_jobs is not None:
             parts += ["--first-jobs", str(s.first_jobs)]
     parts += ["--out", f"{out}/"]
@@ -136,9 +137,7 @@ def shown_path(path: Path) -> str:
 
 
 def _all(ev: Evaluation, key: str, budget: int | None = None) -> list[Summary]:
-    return [
-        c.summaries[key] for c in ev.cells if budget is None or c.budget_uj == budget
-    ]
+    return [c.summaries[key] for c in ev.cells if budget is None or c.budget_uj == budget]
 
 
 def _side_by_side(cell: Cell) -> list[str]:
@@ -417,10 +416,18 @@ def render(ev: Evaluation, out: Path) -> str:
             f"seed {t.seed}: {len(t.jobs):,} jobs of {len(t.sizes)} VCs" for t in traces.values()
         )
         + (f" (the first {s.first_jobs:,} arrivals only)" if s.first_jobs else "")
+        + (
+            f". **Sampled**: every {s.sample}th job of each VC's file (lines 1, "
+            f"{1 + s.sample}, {1 + 2 * s.sample}, …), the whole span kept, on a cluster and "
+            "budgets scaled to match, so that the whole grid runs in minutes"
+            if s.sample > 1
+            else ""
+        )
         + ". Jobs of VCs with no size in Helios's `philly_vc.csv` are left out ("
         + ", ".join(f"seed {t.seed}: {sum(t.left_out_no_size.values())}" for t in traces.values())
         + "): without a size they have no guarantee.",
-        f"- **Cluster**: {s.gpus:,} GPUs (Helios's 352 Philly nodes at 2 GPUs each), split "
+        f"- **Cluster**: {s.gpus:,} GPUs (Helios's 352 Philly nodes at 2 GPUs each, divided "
+        f"by the sampling {s.sample}), split "
         "into device guarantees by VC node count; devices never borrow, under every policy.",
         f"- **Periods and budgets**: {s.period}ly periods of fixed length from the trace's "
         "first instant. The cluster's energy budget per period is one of "
@@ -475,8 +482,7 @@ def render(ev: Evaluation, out: Path) -> str:
         "then arrivals; a period's start renews every guarantee. No job is killed: each runs "
         "its modelled duration once started.",
         "",
-        f"## 4. Baselines side by side (seed {focus.seed}, {gj(focus.budget_uj)} GJ a "
-        f"{s.period})",
+        f"## 4. Baselines side by side (seed {focus.seed}, {gj(focus.budget_uj)} GJ a {s.period})",
         "",
         "Energy is read from each `Pool` policy's verified ledger; the GPU-hour quota keeps "
         "no ledger, so its energy is the measured actual of the jobs it started. Waits are "

@@ -257,8 +257,8 @@ def summarise(
     started_waits = sorted(w for w, c in waits if not c)
     renewal = sorted(w for o in outcomes if o.at_renewal and (w := o.wait_us) is not None)
     area = 0
-    for (t, level), (t_next, _) in zip(run.busy, [*run.busy[1:], (horizon, 0)], strict=True):
-        area += level * max(0, min(t_next, horizon) - min(t, horizon))
+    for (at, level), (after, _) in zip(run.busy, [*run.busy[1:], (horizon, 0)], strict=True):
+        area += level * max(0, min(after, horizon) - min(at, horizon))
     n_periods = last - first + 1
     shares = [Fraction(by_team.get(t, 0), g * n_periods) for t, g in sorted(guarantees.items())]
     summary = Summary(
