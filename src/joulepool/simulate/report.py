@@ -597,6 +597,7 @@ def evaluation_json(evaluation: Evaluation) -> dict[str, object]:
     """The whole evaluation's figures for `--json`."""
     s = evaluation.settings
     return {
+        "trace": shown_path(s.trace_path(s.seeds[0])),
         "seeds": list(s.seeds),
         "budgets_uj": list(s.budgets_uj),
         "period": s.period,
