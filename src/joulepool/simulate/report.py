@@ -322,24 +322,38 @@ def _conclusions(ev: Evaluation) -> dict[str, list[str]]:
     p1, dev, gpu, blind = f["pool1"], f["devices"], f["gpu_hours"], f["blind"]
     out: dict[str, list[str]] = {}
     renew = hours(p1.renewal_wait_median_us)
-    used = [Fraction(p.within_uj, p.budget_uj) for p in p1.periods]
+    # The drain periods after the last arrival have little left to admit; leave them out.
+    live = p1.periods[: max(1, len(p1.periods) - ev.settings.drain_periods)]
+    used = [Fraction(p.within_uj, p.budget_uj) for p in live]
     out["periods"] = [
         f"Under pool/1 with {ev.settings.period}ly guarantees the cluster used a median "
-        f"{spread(used)} of its guarantees per {ev.settings.period} and borrowed "
+        f"{spread(used)} of its guarantees per {ev.settings.period} while jobs were "
+        f"arriving, and borrowed "
         f"{gj(p1.borrowed_uj)} GJ in all; {p1.renewal_admits:,} jobs waited for a renewal "
         f"(admitted at a {ev.settings.period}'s start after queueing on budget), a median "
         f"{renew} h after they arrived. Unspent guarantee is gone at the {ev.settings.period}'s "
         "end, so a team that saves cannot spend it later: periods trade long waits for "
         "use-it-or-lose-it.",
     ]
+    earned_r = p1.reservations.get("earned")
+    under = (
+        percent(earned_r.under_uj, earned_r.actual_uj)
+        if earned_r is not None and earned_r.actual_uj
+        else "–"
+    )
     out["estimates"] = [
         f"With users' estimates wrong by the model above, the grade-blind quota borrowed "
         f"{gj(blind.borrowed_on_guess_uj)} GJ on guesses and ran {gj(blind.overrun_uj)} GJ past "
         f"guarantee plus weighted share; pool/1 borrowed {gj(p1.borrowed_on_guess_uj)} GJ on "
-        f"guesses (§4.4) and ran {gj(p1.overrun_uj)} GJ past guarantee plus share. pool/1's "
-        "overrun is not borrowing: it is under-estimates charged at release (a reservation "
-        "is not a cap) and loans a lender later needed; the device quota, blind to energy, "
-        f"went {gj(dev.beyond_budget_uj)} GJ beyond the budget.",
+        f"guesses (§4.4), yet ran {gj(p1.overrun_uj)} GJ past guarantee plus share and "
+        f"{gj(p1.beyond_budget_uj)} GJ beyond the budget. Refusing guesses did not protect the "
+        "budget here, because what pool/1 lends on instead is an earned estimate, and a claim "
+        "falls back to one exactly when its user's guess is large, that is, for the long "
+        "runs of a class: the class's largest measured figure so far under-reserved those "
+        f"claims by {under} of what they drew, and a reservation is not a cap. The device "
+        f"quota, blind to energy, went {gj(dev.beyond_budget_uj)} GJ beyond the budget; the "
+        f"GPU-hour quota {gj(gpu.beyond_budget_uj)} GJ, by charging requested time up front "
+        "and never lending.",
     ]
     guess = p1.reservations.get("guess")
     earned = p1.reservations.get("earned")
@@ -354,7 +368,10 @@ def _conclusions(ev: Evaluation) -> dict[str, list[str]]:
             "because §2.6 takes the class's largest measured figure and a class of job type "
             "× gang size mixes runs of minutes and of days. They under-reserved "
             f"{percent(earned.under_uj, earned.actual_uj)} against the guesses' "
-            f"{percent(earned.guess_under_uj, earned.actual_uj)}.",
+            f"{percent(earned.guess_under_uj, earned.actual_uj)}: the maximum of a few short "
+            "runs is below a long run's cost, the limit §2.6 itself states. Earning is fast "
+            "(a median class earns within weeks), but what it earns is only as good as the "
+            "class is narrow.",
         ]
     else:
         out["earned"] = ["No claim started on an earned estimate in this cell."]
@@ -371,8 +388,11 @@ def _conclusions(ev: Evaluation) -> dict[str, list[str]]:
         "energy budget the device quota ignores; and every guess past a team's guarantee "
         "waits for its class to earn an estimate or for the next period.",
         f"Against the GPU-hour quota, the same budget in GPU-time: pool/1 completes "
-        f"{p1.started - gpu.started:+,} jobs; a GPU-hour quota charges the user's requested "
-        "time up front and cannot lend, so over-requests idle the budget.",
+        f"{abs(p1.started - gpu.started):,} {'more' if p1.started >= gpu.started else 'fewer'} "
+        f"jobs and spends {gj(p1.spent_uj)} GJ against its {gj(gpu.spent_uj)} GJ; a GPU-hour "
+        "quota charges each user's requested time up front and cannot lend, so "
+        "over-requests leave the budget idle (its GPU utilisation: "
+        f"{ratio_text(gpu.utilisation)} against pool/1's {ratio_text(p1.utilisation)}).",
     ]
     return out
 
