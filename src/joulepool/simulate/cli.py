@@ -73,7 +73,8 @@ def _simulate(args: argparse.Namespace) -> int:
         raise SimulationConfigError(f"--out {out}: exists and is not a folder")
     settings = Settings(
         data_dir=Path(args.data_dir),
-        seeds=args.seeds,
+        seeds=(0,) if args.trace_dir else args.seeds,
+        trace_dir=Path(args.trace_dir) if args.trace_dir else None,
         budgets_uj=args.budgets,
         period=args.period,
         gpu_type=args.gpu_type,
@@ -169,6 +170,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_SEEDS,
         metavar="N,N,...",
         help="Gavel trace seeds: philly-gavel/seed<N> (default: 0,1,2)",
+    )
+    p.add_argument(
+        "--trace-dir", metavar="DIR", help="a trace folder of <vc>.trace files instead of seeds"
     )
     p.add_argument(
         "--budgets",

@@ -79,6 +79,7 @@ class Settings:
 
     data_dir: Path = DEFAULT_DATA_DIR
     seeds: tuple[int, ...] = DEFAULT_SEEDS
+    trace_dir: Path | None = None
     budgets_uj: tuple[int, ...] = DEFAULT_BUDGETS_UJ
     period: str = "week"
     gpu_type: str = "v100"
@@ -92,7 +93,9 @@ class Settings:
     drain_periods: int = DRAIN_PERIODS
 
     def trace_path(self, seed: int) -> Path:
-        """The seed's trace folder under the data folder."""
+        """The seed's trace folder under the data folder, or `--trace-dir` for every seed."""
+        if self.trace_dir is not None:
+            return self.trace_dir
         return self.data_dir / "philly-gavel" / f"seed{seed}"
 
     @property

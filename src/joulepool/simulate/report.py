@@ -116,7 +116,10 @@ def command(settings: Settings, out: Path) -> str:
         s = settings
         if s.data_dir != DEFAULT_DATA_DIR:
             parts += ["--data-dir", str(s.data_dir)]
-        parts += ["--seeds", ",".join(str(x) for x in s.seeds)]
+        if s.trace_dir is not None:
+            parts += ["--trace-dir", str(s.trace_dir)]
+        else:
+            parts += ["--seeds", ",".join(str(x) for x in s.seeds)]
         parts += ["--budgets", ",".join(f"{b}" for b in s.budgets_uj)]
         parts += ["--period", s.period, "--gpu-type", s.gpu_type, "--gpus", str(s.gpus)]
         parts += ["--tdp-w", str(s.tdp_w), "--error-seed", str(s.error_seed)]
