@@ -388,8 +388,11 @@ def _conclusions(ev: Evaluation) -> dict[str, list[str]]:
         f"Where pool/1 loses: it completes {dev.started - p1.started:,} fewer jobs than the "
         f"device quota and its median wait over all jobs is {wait_text(p1.wait_all_median)} h "
         f"against {wait_text(dev.wait_all_median)} h, because it holds the cluster to an "
-        "energy budget the device quota ignores; and every guess past a team's guarantee "
-        "waits for its class to earn an estimate or for the next period.",
+        "energy budget the device quota ignores; every guess past a team's guarantee "
+        "waits for its class to earn an estimate or for the next period. It also completes "
+        f"fewer jobs than the grade-blind quota ({blind.started:,}) and runs further past the "
+        f"budget ({gj(p1.beyond_budget_uj)} GJ against {gj(blind.beyond_budget_uj)} GJ): the "
+        "earned estimates it lends on under-reserve long runs (question 2).",
         f"Against the GPU-hour quota, the same budget in GPU-time: pool/1 completes "
         f"{abs(p1.started - gpu.started):,} {'more' if p1.started >= gpu.started else 'fewer'} "
         f"jobs and spends {gj(p1.spent_uj)} GJ against its {gj(gpu.spent_uj)} GJ; a GPU-hour "
