@@ -120,3 +120,14 @@ def test_the_same_replay_writes_the_same_ledger() -> None:
 def test_jobs_out_of_arrival_order_are_refused() -> None:
     with pytest.raises(SimulationConfigError, match="arrival order"):
         _run([JOBS[3], JOBS[0]])
+
+
+def test_the_overrun_per_team_sums_to_the_clusters() -> None:
+    run = _run([*JOBS[:4], job("A", 7, 20, 1, 10, M, 5, actual_uj=190)])
+    guarantees = {"A": 100, "B": 100}
+    summary = summarise(run, "hand", "hand-written", guarantees, {"A": 1, "B": 1}, 200, 4)
+    # A: 40 + 30 + 20 + 190 (it reserved 10, drew 190) = 280; B spent 10, so A's share of
+    # B's 90 unspent is 45: 280 - 100 - 45 = 135 past guarantee plus share.
+    assert summary.spent_by_team == {"A": 280, "B": 10}
+    assert summary.overrun_by_team == {"A": 135, "B": 0}
+    assert summary.overrun_uj == 135

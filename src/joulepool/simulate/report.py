@@ -265,6 +265,19 @@ def _estimates(cell: Cell) -> list[str]:
     return _table(header, rows)
 
 
+def _team_overruns(cell: Cell) -> list[str]:
+    first = cell.summaries["pool1"]
+    rows = []
+    for team in sorted(first.guarantee_by_team):
+        row = [f"`{team}`", gj(first.guarantee_by_team[team])]
+        for key in POLICY_ORDER:
+            s = cell.summaries[key]
+            row.append(gj(s.overrun_by_team.get(team, 0)))
+        rows.append(row)
+    header = ["team", "guarantee / period (GJ)", *(f"{TITLES[k]} (GJ)" for k in POLICY_ORDER)]
+    return _table(header, rows)
+
+
 def _reservations(s: Summary) -> list[str]:
     rows = []
     words = {"guess": "the user's guess", "earned": "an earned estimate (§2.6)"}
@@ -550,6 +563,10 @@ def render(ev: Evaluation, out: Path) -> str:
         "summed: energy no loan rule would have granted.",
         "",
         *_estimates(focus),
+        "",
+        "Per team, past its guarantee plus weighted share, summed over periods:",
+        "",
+        *_team_overruns(focus),
         "",
         *conclusions["estimates"],
         "",

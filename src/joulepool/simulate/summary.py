@@ -126,6 +126,7 @@ class Summary:
     fairness: Fraction | None
     renewal_admits: int
     renewal_wait_median_us: int | None
+    overrun_by_team: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, Reservation] = field(default_factory=dict)
     class_earned_days: list[int] = field(default_factory=list)
     classes: int = 0
@@ -227,13 +228,17 @@ def summarise(
                 p = schedule.index_at(o.start_us // 1000)
                 spent[p][o.job.job.tenant] += o.job.actual.uj
     rows = []
+    overrun_by_team: dict[str, int] = dict.fromkeys(guarantees, 0)
     for p in range(first, last + 1):
         s = spent.get(p, {})
         beyond = sum(max(0, s.get(t, 0) - g) for t, g in guarantees.items())
-        overrun = sum(
-            max(0, s.get(t, 0) - g - _weighted_share(s, guarantees, weights, t))
+        overruns = {
+            t: max(0, s.get(t, 0) - g - _weighted_share(s, guarantees, weights, t))
             for t, g in guarantees.items()
-        )
+        }
+        for t, uj in overruns.items():
+            overrun_by_team[t] += uj
+        overrun = sum(overruns.values())
         rows.append(
             PeriodRow(
                 p,
@@ -287,6 +292,7 @@ def summarise(
         renewal_wait_median_us=renewal[(len(renewal) - 1) // 2] if renewal else None,
         ledger_entries=entries,
         ledger_head=head,
+        overrun_by_team=overrun_by_team,
     )
     if claims:
         summary.reservations = _reservations(claims, by_id)
