@@ -7,6 +7,7 @@ from pathlib import Path
 
 from joulepool.grade import Energy, Grade
 from joulepool.simulate.energy import ModelledJob
+from joulepool.simulate.estimates import SimJob, job_class
 from joulepool.simulate.trace import TraceJob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,10 +22,21 @@ def job(
     uj: int,
     grade: Grade,
     duration_us: int,
-) -> ModelledJob:
-    """A modelled job with the figures given, no data files involved."""
+    actual_uj: int | None = None,
+    requested_us: int | None = None,
+) -> SimJob:
+    """A job whose user estimates `uj` at `grade` and which draws `actual_uj` (by default the
+    same), measured `ModelBased`; no data files involved."""
     trace_job = TraceJob(tenant, line, "T (batch size 1)", 1, at_us, gpus)
-    return ModelledJob(trace_job, duration_us, Energy(uj, grade), "hand-written", False)
+    drawn = uj if actual_uj is None else actual_uj
+    modelled = ModelledJob(trace_job, duration_us, Energy(drawn, grade), "hand-written", False)
+    return SimJob(
+        modelled,
+        Energy(uj, grade),
+        Energy(drawn, Grade.ModelBased),
+        duration_us if requested_us is None else requested_us,
+        job_class(trace_job),
+    )
 
 
 def trace_line(job_type: str, steps: int, arrival_s: str, gpus: int | str) -> str:

@@ -31,27 +31,37 @@ def test_simulate_writes_the_report_and_figures(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    argv = ["simulate", "--data-dir", str(data), "--gpus", "4", "--budget-uj", "10000000000"]
+    argv = ["simulate", "--data-dir", str(data), "--seeds", "0", "--sample", "1"]
+    argv += ["--gpus", "4", "--budgets", "10000000000,20000000000", "--error-sigma", "0"]
     code = main([*argv, "--out", str(out), "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["jobs"] == 3
-    assert result["left_out_no_size"] == {"zz": 1}
-    pool1 = {t["vc"]: t for t in result["policies"]["pool1"]["tenants"]}
-    # aa holds 3 of 4 GPUs and 7,500,000,000 µJ. Its ResNet-50 job (40 s × 200.25 W, a
-    # model) borrows 510,000,000 µJ of bb's unspent guarantee; its LM job that follows
-    # (2 GPUs × 2.5 s × 300 W, a guess) may not borrow and waits.
-    aa = pool1["aa"]
-    assert (aa["guarantee_devices"], aa["guarantee_uj"]) == (3, 7_500_000_000)
-    assert (aa["spent_uj"], aa["borrowed_uj"]) == (8_010_000_000, 510_000_000)
-    assert aa["still_queued"] == {"guarantee_exhausted_may_not_borrow": 1}
-    assert aa["guesses_refused_borrowing"] == 1
-    quota = {t["vc"]: t for t in result["policies"]["devices"]["tenants"]}
-    assert quota["aa"]["spent_uj"] == 8_010_000_000 + 1_500_000_000
-    assert quota["aa"]["borrowed_uj"] == 0
+    assert result["traces"]["0"]["jobs"] == 3
+    assert result["traces"]["0"]["left_out_no_size"] == {"zz": 1}
+    assert [c["budget_uj"] for c in result["cells"]] == [10_000_000_000, 20_000_000_000]
+    cell = result["cells"][1]
+    assert set(cell["policies"]) == {"devices", "gpu_hours", "blind", "pool1"}
+    # With sigma 0 every user reserves twice the modelled figure. At 20,000,000,000 µJ a week
+    # aa holds 3 of 4 GPUs and 15,000,000,000 µJ: its ResNet-50 job's guess (2 ×
+    # 40 s × 200.25 W = 16.02 kJ) is more than its whole guarantee and a guess, so pool/1
+    # refuses it (§4.4), no class having earned an estimate yet; the grade-blind quota lets
+    # the same guess borrow 1.02 kJ of bb's unspent 5 kJ (its share is 3/4 of that).
+    pool1 = cell["policies"]["pool1"]
+    assert pool1["borrowed_on_guess_uj"] == 0
+    assert pool1["denied"] >= 1
+    blind = cell["policies"]["blind"]
+    assert blind["borrowed_on_guess_uj"] == 1_020_000_000
+    devices = cell["policies"]["devices"]
+    assert devices["started"] == 3
+    assert devices["spent_uj"] == 8_010_000_000 + 1_500_000_000 + 600_000_000
     report = (out / "evaluation.md").read_text()
-    assert "--budget-uj 10000000000" in report
-    for name in ("evaluation-utilisation.png", "evaluation-energy.png"):
+    assert "--budgets 10000000000,20000000000" in report
+    for name in (
+        "evaluation-baselines.png",
+        "evaluation-periods.png",
+        "evaluation-earned.png",
+        "evaluation-utilisation.png",
+    ):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -60,6 +70,7 @@ def test_simulate_writes_the_report_and_figures(
     [
         (["--data-dir", "/nonexistent/data"], "no such trace folder"),
         (["--gpu-type", "h100"], "no GPU type 'h100'"),
+        (["--seeds", "7"], "no such trace folder"),
     ],
 )
 def test_bad_input_is_one_line_naming_it(

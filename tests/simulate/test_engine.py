@@ -21,10 +21,11 @@ import pytest
 from joulepool.admission import DenyReason, QueueReason
 from joulepool.grade import Grade
 from joulepool.ledger.replay import replay
-from joulepool.simulate.engine import replay_trace
+from joulepool.simulate.engine import GUESS, PoolAdmission, Run, replay_trace
 from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.policy import ROOT, Policy
-from joulepool.simulate.summary import summarise
+from joulepool.simulate.estimates import SimJob
+from joulepool.simulate.policy import ROOT, Policy, device_limits
+from joulepool.simulate.summary import Percentile, summarise
 from joulepool.tree import Entitlement, Tree
 from tests.simulate.helpers import job
 
@@ -51,9 +52,18 @@ POLICY = Policy(
 )
 
 
+LIMITS = device_limits(POLICY.tree)
+
+
+def _run(jobs: list[SimJob] = JOBS, *, eager: bool = False) -> Run:
+    return replay_trace(
+        jobs, PoolAdmission(jobs, POLICY.tree, GUESS), LIMITS, horizon_us=1_000, eager_retry=eager
+    )
+
+
 @pytest.mark.parametrize("eager", [False, True])
 def test_releases_then_queued_claims_then_arrivals(eager: bool) -> None:
-    run = replay_trace(JOBS, POLICY, eager_retry=eager)
+    run = _run(eager=eager)
     by_id = {o.job.job.id: o for o in run.outcomes}
     assert {i: o.start_us for i, o in by_id.items()} == {
         "A:1": 0,
@@ -65,11 +75,11 @@ def test_releases_then_queued_claims_then_arrivals(eager: bool) -> None:
         "A:6": None,
     }
     assert by_id["A:2"].first == "queue"
-    assert by_id["A:3"].queue_reasons == {QueueReason.devices_held}
-    assert by_id["A:4"].last_queue_reason is QueueReason.guarantee_exhausted_may_not_borrow
+    assert by_id["A:3"].queue_reasons == {QueueReason.devices_held.value}
+    assert by_id["A:4"].last_queue_reason == QueueReason.guarantee_exhausted_may_not_borrow
     assert by_id["A:4"].guess_refused_borrowing
     assert by_id["A:5"].borrowed_uj == 20
-    assert by_id["A:6"].deny_reason is DenyReason.unobserved_cannot_borrow
+    assert by_id["A:6"].deny_reason == DenyReason.unobserved_cannot_borrow
     assert by_id["A:6"].guess_refused_borrowing
     assert by_id["A:2"].wait_us == 10
     assert by_id["A:4"].wait_us is None
@@ -78,28 +88,46 @@ def test_releases_then_queued_claims_then_arrivals(eager: bool) -> None:
 
 
 def test_the_summary_states_what_the_ledger_replays_to() -> None:
-    run = replay_trace(JOBS, POLICY)
-    summary = summarise(run)
-    a, b = summary.tenant("A"), summary.tenant("B")
-    assert (a.spent_uj, a.borrowed_uj, b.spent_uj, b.borrowed_uj) == (120, 20, 10, 0)
-    assert (a.admitted_at_once, a.admitted_after_queue) == (2, 2)
-    assert a.still_queued == {"guarantee_exhausted_may_not_borrow": 1}
-    assert a.denied == {"unobserved_cannot_borrow": 1}
-    assert a.guesses_refused_borrowing == 2
-    # Waits 0, 10, 5, 0: nearest-rank median the 2nd of 4, p95 the 4th.
-    assert (a.wait_median_us, a.wait_p95_us) == (0, 10)
-    # 5 admissions and 5 releases, at simulated milliseconds (µs // 1000 = 0 here).
+    run = _run()
+    guarantees = {"A": 100, "B": 100}
+    summary = summarise(run, "hand", "hand-written", guarantees, {"A": 1, "B": 1}, 200, 4)
+    assert summary.spent_by_team == {"A": 120, "B": 10}
+    assert (summary.borrowed_uj, summary.borrowed_on_guess_uj) == (20, 20)
+    assert (summary.started, summary.denied, summary.censored) == (5, 1, 1)
+    # A spent 20 past its guarantee; B's 90 unspent give A a weighted share of 45.
+    assert (summary.beyond_guarantee_uj, summary.overrun_uj) == (20, 0)
+    # Waits 0, 0, 0, 5, 10 and two censored at the horizon (1,000 - 20): the median, the
+    # 4th of 7, is 5, exact; the p95 is a censored wait, so a lower bound.
+    assert summary.wait_all_median == Percentile(5, False)
+    assert summary.wait_all_p95 is not None and summary.wait_all_p95.at_least
     assert summary.ledger_entries == 10
-    replayed = replay(run.pool.entries(), run.pool.key.kid, run.pool.key.public_key, POLICY.tree)
+    adm = run.admission
+    assert isinstance(adm, PoolAdmission)
+    replayed = replay(adm.pool.entries(), adm.pool.key.kid, adm.pool.key.public_key, POLICY.tree)
     assert replayed.state.usage.spent_uj("A") == 120
     assert replayed.head.hex() == summary.ledger_head
 
 
 def test_the_same_replay_writes_the_same_ledger() -> None:
-    first = summarise(replay_trace(JOBS, POLICY)).ledger_head
-    assert summarise(replay_trace(JOBS, POLICY)).ledger_head == first
+    def head() -> bytes:
+        adm = _run().admission
+        assert isinstance(adm, PoolAdmission)
+        return adm.pool.head
+
+    assert head() == head()
 
 
 def test_jobs_out_of_arrival_order_are_refused() -> None:
     with pytest.raises(SimulationConfigError, match="arrival order"):
-        replay_trace([JOBS[3], JOBS[0]], POLICY)
+        _run([JOBS[3], JOBS[0]])
+
+
+def test_the_overrun_per_team_sums_to_the_clusters() -> None:
+    run = _run([*JOBS[:4], job("A", 7, 20, 1, 10, M, 5, actual_uj=190)])
+    guarantees = {"A": 100, "B": 100}
+    summary = summarise(run, "hand", "hand-written", guarantees, {"A": 1, "B": 1}, 200, 4)
+    # A: 40 + 30 + 20 + 190 (it reserved 10, drew 190) = 280; B spent 10, so A's share of
+    # B's 90 unspent is 45: 280 - 100 - 45 = 135 past guarantee plus share.
+    assert summary.spent_by_team == {"A": 280, "B": 10}
+    assert summary.overrun_by_team == {"A": 135, "B": 0}
+    assert summary.overrun_uj == 135

@@ -1,4 +1,4 @@
-"""The two trees: guarantees split by VC size; the quota's energy can never bind."""
+"""The policies' trees and budgets: split by VC size; the device quota's energy never binds."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from joulepool.grade import Energy, Grade
 from joulepool.simulate.errors import SimulationConfigError
 from joulepool.simulate.policy import (
     ROOT,
+    device_limits,
     device_only_policy,
+    gpu_time_budgets,
+    grade_blind_policy,
     pool1_policy,
     split_in_proportion,
 )
@@ -53,3 +56,18 @@ def test_settings_that_describe_no_cluster_are_refused() -> None:
         pool1_policy({"a": 1}, 1, 0)
     with pytest.raises(SimulationConfigError, match="nothing to simulate"):
         device_only_policy({}, 1, 10)
+
+
+def test_the_grade_blind_quota_has_pool1s_tree_and_the_gpu_hours_split_by_size() -> None:
+    sizes = {"big": 3, "small": 1}
+    assert grade_blind_policy(sizes, 8, 1_000).tree == pool1_policy(sizes, 8, 1_000).tree
+    assert gpu_time_budgets(sizes, 101) == {"big": 76, "small": 25}
+    assert device_limits(pool1_policy(sizes, 8, 1_000).tree) == {"big": 6, "small": 2}
+    with pytest.raises(SimulationConfigError, match="GPU-time budget"):
+        gpu_time_budgets(sizes, 0)
+
+
+def test_the_device_quota_takes_a_ceiling_per_vc() -> None:
+    policy = device_only_policy({"a": 1, "b": 1}, 4, {"a": 10, "b": 30})
+    assert (policy.tree["a"].guarantee_uj, policy.tree["b"].guarantee_uj) == (10, 30)
+    assert policy.tree[ROOT].guarantee_uj == 40

@@ -1,15 +1,20 @@
-"""`pool simulate`: a trace-driven evaluation of pool/1 against a device-count quota.
+"""`pool simulate`: a trace-driven evaluation of pool/1 against the quotas operators run.
 
 A discrete-event replay of a real multi-tenant GPU trace (Microsoft Philly, as Gavel
-generated it) through the real `Pool`: every decision is `Pool.submit`, every job end is
-`Pool.release`, and the ledger each policy writes is replayed back for the report.
+generated it) under four policies on the same jobs, budgets and wrong estimates: a
+device-count quota, a GPU-hour quota (Slurm `GrpTRESMins` style), a grade-blind energy
+quota and pool/1. The three energy policies run through the real `Pool` (every decision
+`Pool.submit`, every job end `Pool.release`), and each ledger is replayed back, verified,
+for the report.
 
     trace.py       reading the trace and the VC sizes
-    energy.py      each job's duration and energy, graded (ModelBased / Estimator)
-    policy.py      the two trees: pool/1 and the device-count quota
-    engine.py      the event loop
-    summary.py     per-VC outcome, energy read back from the ledger
-    evaluation.py  one run of both policies over the same jobs
+    energy.py      each job's duration and modelled energy
+    estimates.py   users' wrong estimates (a stated model) and measured releases
+    policy.py      the trees and budgets of the four policies
+    gpu_hours.py   the GPU-hour quota, which pool/1 cannot express
+    engine.py      the event loop, budget periods and earned estimates
+    summary.py     one policy's figures, energy read back from its ledger
+    evaluation.py  every policy over trace seeds × budgets
     report.py      the Markdown report;  plots.py  its PNG figures
     cli.py         `pool simulate`
 """

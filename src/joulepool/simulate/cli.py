@@ -1,4 +1,4 @@
-"""`pool simulate`: replay a cluster trace under pool/1 and under a device-count quota.
+"""`pool simulate`: replay cluster traces under pool/1 and three baselines, seeds × budgets.
 
 Writes `evaluation.md` and its PNG figures into `--out`, and prints a per-VC summary (or
 the figures as JSON with `--json`). The default data folder is the one
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,24 +42,49 @@ def _positive_energy(text: str) -> int:
     return value
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    return tuple(_count(part) for part in text.split(","))
+
+
+def _budgets(text: str) -> tuple[int, ...]:
+    return tuple(_positive_energy(part) for part in text.split(","))
+
+
+def _fraction(text: str) -> Fraction:
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(
+            f"expected a number such as 2 or 1/2, got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return value
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from joulepool.simulate.errors import SimulationConfigError
-    from joulepool.simulate.evaluation import Settings, evaluate
+    from joulepool.simulate.evaluation import POLICY_ORDER, Settings, evaluate
     from joulepool.simulate.plots import write_plots
-    from joulepool.simulate.report import evaluation_json, gj, write_report
+    from joulepool.simulate.report import TITLES, evaluation_json, gj, write_report
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise SimulationConfigError(f"--out {out}: exists and is not a folder")
     settings = Settings(
         data_dir=Path(args.data_dir),
-        seed=args.seed,
+        seeds=(0,) if args.trace_dir else args.seeds,
         trace_dir=Path(args.trace_dir) if args.trace_dir else None,
+        budgets_uj=args.budgets,
+        period=args.period,
         gpu_type=args.gpu_type,
         gpus=args.gpus,
-        budget_uj=args.budget_uj,
         tdp_w=args.tdp_w,
         first_jobs=args.first_jobs,
+        sample=args.sample,
+        error_seed=args.error_seed,
+        error_median=args.error_median,
+        error_sigma=args.error_sigma,
     )
     quiet = args.json
 
@@ -76,41 +102,41 @@ def _simulate(args: argparse.Namespace) -> int:
     }
 
     def human(c: Console) -> None:
-        pool1, quota = evaluation.policy("pool1"), evaluation.policy("devices")
-        rows = [
-            [
-                t.vc,
-                gj(t.guarantee_uj),
-                gj(t.spent_uj),
-                gj(t.borrowed_uj),
-                gj(quota.tenant(t.vc).spent_uj),
-                f"{t.started}/{t.jobs}",
-                f"{quota.tenant(t.vc).started}/{t.jobs}",
-                t.guesses_refused_borrowing,
-            ]
-            for t in pool1.tenants
-        ]
+        rows = []
+        for cell in evaluation.cells:
+            for key in POLICY_ORDER:
+                s = cell.summaries[key]
+                rows.append(
+                    [
+                        str(cell.seed),
+                        gj(cell.budget_uj),
+                        TITLES[key],
+                        f"{s.started}/{s.jobs}",
+                        gj(s.spent_uj),
+                        gj(s.beyond_budget_uj),
+                        gj(s.overrun_uj),
+                        gj(s.borrowed_on_guess_uj),
+                    ]
+                )
         c.print(
             table(
-                "pool/1 against a device-count quota (energy modelled: ModelBased / Estimator)",
+                "every policy on the same jobs and budget (energy modelled, releases measured)",
                 [
-                    "VC",
-                    "guarantee GJ",
-                    "pool/1 spent GJ",
-                    "borrowed GJ",
-                    "quota spent GJ",
-                    "pool/1 started",
-                    "quota started",
-                    "guesses refused borrowing",
+                    "seed",
+                    "budget GJ",
+                    "policy",
+                    "completed",
+                    "spent GJ",
+                    "beyond budget GJ",
+                    "overrun GJ",
+                    "borrowed on a guess GJ",
                 ],
                 rows,
-                right=["guarantee GJ", "pool/1 spent GJ", "borrowed GJ", "quota spent GJ"],
+                right=["budget GJ", "spent GJ", "beyond budget GJ", "overrun GJ"],
             )
         )
         ms = evaluation.elapsed_ms
-        c.print(
-            f"replayed {len(evaluation.jobs):,} jobs twice in {ms // 1000}.{ms % 1000 // 100} s"
-        )
+        c.print(f"replayed {len(evaluation.cells)} cells in {ms // 1000}.{ms % 1000 // 100} s")
         c.print(f"wrote {report} and {', '.join(str(f) for f in figures)}")
 
     emit(args, result, human)
@@ -120,26 +146,44 @@ def _simulate(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pool simulate`."""
     from joulepool.simulate.evaluation import (
-        DEFAULT_BUDGET_UJ,
+        DEFAULT_BUDGETS_UJ,
         DEFAULT_DATA_DIR,
         DEFAULT_GPUS,
+        DEFAULT_SAMPLE,
+        DEFAULT_SEEDS,
         DEFAULT_TDP_W,
     )
 
     p = sub.add_parser(
         "simulate",
-        help="replay a cluster trace under pool/1 and a device-count quota; write a report",
+        help="replay cluster traces under pool/1 and three baselines; write a report",
     )
     p.add_argument(
         "--data-dir",
         default=str(DEFAULT_DATA_DIR),
         metavar="DIR",
-        help="the traces folder (default: the traces shipped with joulepool, seed 0 only)",
+        help="the traces folder (default: the traces shipped with joulepool, seeds 0-2)",
     )
     p.add_argument(
-        "--seed", type=_count, default=0, help="the Gavel trace seed: philly-gavel/seed<N> (0)"
+        "--seeds",
+        type=_seeds,
+        default=DEFAULT_SEEDS,
+        metavar="N,N,...",
+        help="Gavel trace seeds: philly-gavel/seed<N> (default: 0,1,2)",
     )
-    p.add_argument("--trace-dir", metavar="DIR", help="a trace folder of <vc>.trace files instead")
+    p.add_argument(
+        "--trace-dir", metavar="DIR", help="a trace folder of <vc>.trace files instead of seeds"
+    )
+    p.add_argument(
+        "--budgets",
+        type=_budgets,
+        default=DEFAULT_BUDGETS_UJ,
+        metavar="E,E,...",
+        help="the cluster's energy budget per period, each e.g. 35GJ or µJ (default: 6GJ,9GJ,12GJ)",
+    )
+    p.add_argument(
+        "--period", choices=("week", "month"), default="week", help="budget period (week)"
+    )
     p.add_argument(
         "--gpu-type", default="v100", help="GPU type for Gavel rates and Zeus power (v100)"
     )
@@ -150,20 +194,30 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"cluster GPUs, split among VCs by size (default: {DEFAULT_GPUS})",
     )
     p.add_argument(
-        "--budget",
-        "--budget-uj",
-        dest="budget_uj",
-        type=_positive_energy,
-        default=DEFAULT_BUDGET_UJ,
-        metavar="ENERGY",
-        help="the cluster's energy budget for the window: 500GJ, 2.5kWh, a bare number in µJ "
-        "(default: 500GJ)",
-    )
-    p.add_argument(
         "--tdp-w",
         type=_positive,
         default=DEFAULT_TDP_W,
-        help=f"the GPU's TDP for Estimator figures, W (default: {DEFAULT_TDP_W})",
+        help=f"the GPU's TDP for TDP-modelled jobs, W (default: {DEFAULT_TDP_W})",
+    )
+    p.add_argument("--error-seed", type=_count, default=0, help="seed of users' estimate errors")
+    p.add_argument(
+        "--error-median",
+        type=_fraction,
+        default=Fraction(2),
+        help="median of users' estimate / actual (default: 2)",
+    )
+    p.add_argument(
+        "--error-sigma",
+        type=_fraction,
+        default=Fraction(1),
+        help="sigma of ln(estimate / actual) (default: 1)",
+    )
+    p.add_argument(
+        "--sample",
+        type=_positive,
+        default=DEFAULT_SAMPLE,
+        metavar="N",
+        help=f"replay every Nth job of each VC (default: {DEFAULT_SAMPLE}; 1 for all)",
     )
     p.add_argument(
         "--first-jobs", type=_positive, metavar="N", help="replay only the first N arrivals"

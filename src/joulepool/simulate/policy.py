@@ -1,22 +1,22 @@
-"""The two policies compared, as two entitlement trees over the same VCs (standard §2.1, §2.2).
+"""The four policies compared, over the same VCs (standard §2.1, §2.2, §4.4).
 
-Both trees have one root, `cluster`, and one child per VC (tenant). Both split the cluster's
-GPUs into device guarantees in proportion to VC size (nodes), and weight borrowing by VC
-size too. Devices never borrow (DESIGN.md §3), so the device guarantees together are
-exactly the cluster: no tenant can occupy a GPU the cluster does not have.
+Every policy splits the cluster's GPUs into device guarantees in proportion to VC size
+(nodes), and devices never borrow (DESIGN.md §3): no team can occupy a GPU the cluster does
+not have. Budgets are per period (periods.py): what a team does not spend in one is gone.
 
-- **pool/1**: each VC's energy guarantee is its share of the stated cluster energy budget
-  for the window, in proportion to VC size. Past it, a claim borrows siblings' unspent
-  guarantees within its weighted share, and only on an observed estimate (§4.4).
-- **device-count quota**: the same tree, with energy made unable to bind by a finite,
-  stated figure rather than a fake one: every VC's energy guarantee is the modelled energy
-  of the whole replayed trace (every job of every VC). A VC can never have spent more than
-  that, so `spent + estimate <= guarantee` always holds, §4.3 admits on devices alone, and
-  no claim ever borrows. This is what a device quota does: energy is enforced nowhere.
-
-The window is the whole trace: one ledger per policy, guarantees never reset. A claim
-that cannot fit once its VC's window budget is spent waits for a window the replay does
-not model, and the report counts it as still queued rather than inventing a start.
+- **device-count quota** (today's baseline): one root, one child per VC, every VC's energy
+  guarantee per period the energy all its jobs could reserve or draw (the sum, over its
+  jobs, of the larger of guess and actual). A VC can never have spent more than
+  that, so §4.3 admits on devices alone and no claim ever borrows: energy is enforced nowhere,
+  by a finite stated figure rather than a fake one.
+- **GPU-hour quota** (Slurm `GrpTRESMins`, gpu_hours.py): each VC's share, by size, of the
+  cluster's GPU-time per period, the energy budget converted at the replayed jobs' mean
+  modelled power per GPU; no borrowing.
+- **grade-blind energy quota**: pool/1's tree, and every estimate taken as observed, so a
+  guess borrows like a measurement (engine.py, mode `blind`).
+- **pool/1**: each VC's energy guarantee per period is its share of the cluster's budget,
+  by size. Past it a claim borrows siblings' unspent guarantees within its weighted share,
+  and only on an observed estimate (§4.4), earned from measured releases (§2.6).
 """
 
 from __future__ import annotations
@@ -101,9 +101,29 @@ def pool1_policy(sizes: Mapping[str, int], gpus: int, budget_uj: int) -> Policy:
     )
 
 
-def device_only_policy(sizes: Mapping[str, int], gpus: int, demand_uj: int) -> Policy:
-    """Device-count quota: the same tree, every energy guarantee the whole trace's demand."""
+def device_only_policy(
+    sizes: Mapping[str, int], gpus: int, demand_uj: int | Mapping[str, int]
+) -> Policy:
+    """Device-count quota: the same tree, every VC's energy guarantee all that its jobs could
+    reserve or draw (`demand_uj`, one figure or one per VC), so energy never binds."""
     _check(sizes, gpus)
-    return Policy(
-        "devices", "device-count quota", _tree(sizes, gpus, dict.fromkeys(sizes, demand_uj))
-    )
+    ceilings = dict.fromkeys(sizes, demand_uj) if isinstance(demand_uj, int) else demand_uj
+    return Policy("devices", "device-count quota", _tree(sizes, gpus, ceilings))
+
+
+def grade_blind_policy(sizes: Mapping[str, int], gpus: int, budget_uj: int) -> Policy:
+    """pool/1's tree for the quota that takes every estimate as observed (§4.4 rule 1 off)."""
+    tree = pool1_policy(sizes, gpus, budget_uj).tree
+    return Policy("blind", "energy quota blind to grades", tree)
+
+
+def gpu_time_budgets(sizes: Mapping[str, int], budget_gpu_us: int) -> dict[str, int]:
+    """Each VC's GPU-time budget per period (GPU-µs): its share of the cluster's, by size."""
+    if budget_gpu_us < 1:
+        raise SimulationConfigError(f"the GPU-time budget must be at least 1, got {budget_gpu_us}")
+    return split_in_proportion(budget_gpu_us, sizes)
+
+
+def device_limits(tree: Tree) -> dict[str, int]:
+    """Each VC's device guarantee, the GPUs it may hold at once."""
+    return {vc: tree[vc].guarantee_devices for vc in tree.children(ROOT)}
