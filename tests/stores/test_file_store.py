@@ -164,6 +164,15 @@ def test_a_full_disk_refuses_the_append_and_damages_nothing(small_disk: Path) ->
         assert again.tail is None
 
 
+def thirty_entries(tmp_path: Path) -> tuple[Path, list[bytes], tuple[int, int]]:
+    """A ledger file of 30 entries, its entries, and where entry 19 lies (a snapshot at 20)."""
+    path = tmp_path / "ledger.cbor"
+    many = [entry(i) for i in range(30)]
+    with create(path) as store:
+        store.append(many)
+        return path, many, store.bounds(19)
+
+
 def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
     """Record every (file descriptor, offset, size) read, through the real os.pread."""
     seen: list[tuple[int, int, int]] = []
@@ -183,11 +192,7 @@ def test_design_s4_resume_reads_only_after_the_snapshot_and_the_rest_when_asked(
     """A start from a state snapshot reads only the entries after it (issue 16): the hint
     names entry 19's bytes; nothing before them is read until an older entry is asked for,
     and then the whole file is scanned once and every answer is the same."""
-    path = tmp_path / "ledger.cbor"
-    many = [entry(i) for i in range(30)]
-    with create(path) as store:
-        store.append(many)
-        start, end = store.bounds(19)
+    path, many, (start, end) = thirty_entries(tmp_path)
     seen = _spy_reads(monkeypatch)
     with FileStore(path, deferred=True) as again:
         assert not again.resume(20, start, end, content_address(many[18]))
@@ -218,11 +223,7 @@ def test_design_s4_resume_reads_only_after_the_snapshot_and_the_rest_when_asked(
 def test_design_s4_a_resume_hint_that_is_not_one_whole_entry_is_not_taken(
     tmp_path: Path, hint: object
 ) -> None:
-    path = tmp_path / "ledger.cbor"
-    many = [entry(i) for i in range(30)]
-    with create(path) as store:
-        store.append(many)
-        start, end = store.bounds(19)
+    path, many, (start, end) = thirty_entries(tmp_path)
     assert callable(hint)
     length, first, last = hint(start, end)
     with FileStore(path, deferred=True) as again:
@@ -283,11 +284,7 @@ def test_design_s4_the_past_read_while_appends_go_on_loses_no_offset(tmp_path: P
 def test_design_s4_a_past_that_changed_under_a_snapshot_is_damage_not_a_guess(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "ledger.cbor"
-    many = [entry(i) for i in range(30)]
-    with create(path) as store:
-        store.append(many)
-        start, end = store.bounds(19)
+    path, many, (start, end) = thirty_entries(tmp_path)
     data = bytearray(path.read_bytes())
     data[len(many[0])] ^= 0xFF  # entry 1 no longer starts as an entry
     path.write_bytes(bytes(data))
