@@ -250,15 +250,18 @@ class PgServer:
 # it: both end the word with a NUL, so "BEGIN ISOLATION LEVEL READ COMMITTED" matches neither.
 _COMMIT_SENT = b"COMMIT\x00"
 _COMMIT_DONE = b"COMMIT\x00"
+_LEDGER_LOCK = b"pg_advisory_xact_lock"  # sent in full once per connection, then prepared
 
 
 class FaultProxy:
     """A TCP relay in front of the server that fails the way networks do, on request.
 
-    `cut_next_commit("before")` drops the next connection that sends COMMIT before the
-    server gets it (the transaction rolls back); `cut_next_commit("after")` lets the COMMIT
-    through and drops the connection once the server has answered it, withholding that
-    answer (the entries are committed, the client cannot know). With `silent` set, new
+    `cut_next_commit("before")` drops the next ledger writer's connection that sends COMMIT
+    before the server gets it (the transaction rolls back); `cut_next_commit("after")` lets
+    the COMMIT through and drops the connection once the server has answered it, withholding
+    that answer (the entries are committed, the client cannot know). A ledger writer's
+    connection is one that has taken the ledger's advisory lock: the claim index's and the
+    snapshots' own connections commit too, but a cut there only delays a cache. With `silent` set, new
     connections are accepted and never answered, like a host that has vanished.
     """
 
@@ -344,6 +347,7 @@ class _Pair:
         self.client = client
         self.upstream = upstream
         self.commit_in_flight = False
+        self.writes_ledger = False
 
     def _cut(self, what: str) -> None:
         self.proxy.cuts.append(what)
@@ -351,7 +355,7 @@ class _Pair:
         _hang_up(self.upstream)
 
     def client_to_server(self) -> None:
-        tail = b""
+        tail = lock_tail = b""
         while True:
             try:
                 chunk = self.client.recv(65536)
@@ -360,8 +364,10 @@ class _Pair:
             if not chunk:
                 _hang_up(self.upstream)
                 return
+            locks, lock_tail = _spans(lock_tail, chunk, _LEDGER_LOCK)
+            self.writes_ledger = self.writes_ledger or locks
             hit, tail = _spans(tail, chunk, _COMMIT_SENT)
-            if hit:
+            if hit and self.writes_ledger:
                 if self.proxy._take("before"):
                     self._cut("before commit")
                     return
