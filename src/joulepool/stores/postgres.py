@@ -1352,23 +1352,24 @@ class PostgresClaimIndex(ReleasedClaims):
         self.store = store
         self.read_only = False
         self.where = f"table pool_ledger_claims of ledger {store.ledger!r} at {store.where}"
-        self._conn: _Conn | None = None
+        self._link = _Link(store)
         self._lock = threading.Lock()
 
     def _query(self, doing: str, query: LiteralString, params: Sequence[Any]) -> list[Any]:
+        """One statement, retried once on a fresh connection if the old one had gone stale
+        (as `PostgresStore._read_rows`)."""
         with self._lock:
-            for attempt in (1, 2):
-                if self._conn is None or self._conn.closed:
-                    self._conn = self.store._connect()
+            while True:
+                conn, fresh = self._link.get()
                 try:
-                    cur = self._conn.execute(query, params)
+                    cur = conn.execute(query, params)
                     return cur.fetchall() if cur.description is not None else []
                 except psycopg.Error as exc:
-                    if _lost(self._conn) and attempt == 1:
-                        self._conn = None
-                        continue
+                    if _lost(conn):
+                        self._link.drop()
+                        if not fresh:
+                            continue
                     raise self.store._refusal(doing, exc, "nothing was changed") from None
-        raise AssertionError("unreachable")
 
     @property
     def covers(self) -> int:
@@ -1404,16 +1405,14 @@ class PostgresClaimIndex(ReleasedClaims):
     def _write(self, rows: list[tuple[str, int, int]], length: int) -> None:
         ledger = self.store.ledger
         with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = self.store._connect()
-            conn = self._conn
+            conn, _ = self._link.get()
             try:
                 with conn.transaction(), conn.cursor() as cur:
                     cur.executemany(_CLAIM_WRITE, [(ledger, c, a, r) for c, a, r in rows])
                     cur.execute(_CLAIMS_COVER, (ledger, length))
             except psycopg.Error as exc:
                 if _lost(conn):
-                    self._conn = None
+                    self._link.drop()
                 raise StoreError(f"{self.where}: {_reason(exc)}") from None
 
     def _stored(self) -> Iterator[tuple[str, int, int]]:
@@ -1430,7 +1429,4 @@ class PostgresClaimIndex(ReleasedClaims):
     def close(self) -> None:
         """Close its connection."""
         with self._lock:
-            if self._conn is not None:
-                with contextlib.suppress(psycopg.Error):
-                    self._conn.close()
-                self._conn = None
+            self._link.drop()
