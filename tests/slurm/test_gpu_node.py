@@ -65,7 +65,7 @@ def test_s2_3_whole_gpus_keep_the_meter_grade_between_prolog_and_epilog(
     tmp_path: Path, exporter: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
     url, _ = exporter
-    prolog(7, ["0", "2"], tmp_path, url)
+    prolog(7, ["0", "2"], tmp_path, url, source="dcgm")
     time.sleep(1.0)
     figure = epilog(7, ["0", "2"], tmp_path, url)
     assert figure.energy is not None and figure.energy.grade is Grade.HwShunt
@@ -90,7 +90,7 @@ def test_s2_7_a_counter_reset_gives_no_figure_never_zero(
 
 def test_s2_7_missing_start_or_unreachable_exporter_gives_the_reason(tmp_path: Path) -> None:
     assert epilog(9, ["0"], tmp_path, "http://127.0.0.1:9/metrics").reason == "no_start_reading"
-    prolog(10, ["0"], tmp_path, f"http://127.0.0.1:{free_port()}/metrics")
+    prolog(10, ["0"], tmp_path, f"http://127.0.0.1:{free_port()}/metrics", source="dcgm")
     figure = epilog(10, ["0"], tmp_path, f"http://127.0.0.1:{free_port()}/metrics")
     assert (figure.energy, figure.reason) == (None, "unreachable")
     assert oct(os.stat(tmp_path).st_mode & 0o777) == "0o700"
@@ -137,3 +137,21 @@ def test_s2_3_on_a_gpu_node_the_prolog_and_epilog_read_nvml(tmp_path: Path) -> N
     figure = epilog(21, ["0"], tmp_path, None, "gpunode")
     assert figure.energy is not None, figure.reason
     assert figure.energy.grade is Grade.HwShunt and figure.energy.uj % 1000 == 0
+
+
+@pytest.mark.gpu
+def test_s2_3_nvml_is_chosen_only_where_it_reads_every_gpu_of_the_job(
+    exporter: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """A job whose GPUs NVML reads only in part is read through DCGM, not refused."""
+    from joulepool.bridges.slurm.gpu import choose_source
+    from joulepool.meters import MeterUnavailable
+
+    url, _ = exporter
+    try:
+        assert choose_source(["0"], None) == "nvml"
+    except MeterUnavailable as exc:
+        pytest.skip(f"no NVML GPU here: {exc.reason.value}: {exc.explanation}")
+    assert choose_source(["0"], url) == "nvml"
+    # No node has 1,000 GPUs, so NVML cannot see this one; DCGM (the exporter) is used.
+    assert choose_source(["0", "999"], url) == "dcgm"

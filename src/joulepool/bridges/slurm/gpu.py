@@ -94,9 +94,14 @@ def meters_for(gpus: Sequence[str], source: str, dcgm_url: str | None) -> list[M
 
 
 def choose_source(gpus: Sequence[str], dcgm_url: str | None) -> str:
-    """NVML where it reads this node's GPUs, else the DCGM exporter (§2.3)."""
+    """NVML where it reads every one of the job's GPUs, else the DCGM exporter (§2.3).
+
+    Every GPU is tried, not the first alone: a job whose second GPU NVML cannot see would
+    otherwise be read through NVML and refused as `missing_device` at its first read.
+    """
     try:
-        NvmlMeter(gpus[0]).read()
+        for gpu in gpus:
+            NvmlMeter(gpu).read()
     except MeterUnavailable as exc:
         if dcgm_url is None:
             raise
@@ -151,13 +156,25 @@ def _state_path(state_dir: Path, job_id: int, node: str) -> Path:
 
 
 def prolog(
-    job_id: int, gpus: Sequence[str], state_dir: Path, dcgm_url: str | None, node: str = ""
+    job_id: int,
+    gpus: Sequence[str],
+    state_dir: Path,
+    dcgm_url: str | None,
+    node: str = "",
+    source: str | None = None,
 ) -> None:
-    """Read the job's GPUs at its start and keep the readings (or why there are none)."""
+    """Read the job's GPUs at its start and keep the readings (or why there are none) (§2.3).
+
+    `source` ("nvml" or "dcgm") reads through that source alone; None chooses
+    (`choose_source`). The epilog reads through whichever source the prolog used.
+    """
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     record: dict[str, object] = {"job": job_id, "gpus": list(gpus)}
     try:
-        source = choose_source(gpus, dcgm_url)
+        if source not in (None, "nvml", "dcgm"):
+            raise InvalidInput("source", f"{source!r} is neither nvml nor dcgm")
+        if source is None:
+            source = choose_source(gpus, dcgm_url)
         readings = [m.read() for m in meters_for(gpus, source, dcgm_url)]
         record.update(source=source, readings=[r.to_json() for r in readings])
     except PoolError as exc:
