@@ -4,11 +4,14 @@ The stateful facade of DESIGN.md §5. It owns the one lock, the clock and the st
 decisions it makes are the pure `decide()` of §4 against usage that the same fold as replay
 keeps up to date, so a live pool and a replayed one cannot disagree (§6.1).
 
-Durability: an admission's entry is sealed and appended (fsynced) before its verdict is
-returned. Concurrent submissions share one append and one fsync (group commit): whoever
-holds the commit lock decides every request queued so far, in arrival order, each against
-the state its predecessors left, appends them all at once, and only then answers them. An
-append that fails is rolled back exactly, and every request in it gets the error.
+The commit path has two halves (DESIGN.md §5). `decide` decides a batch of operations in
+order, each against the state its predecessors left, including earlier batches whose
+appends are still under way, and seals their entries; `persist` appends a batch with one
+fsync and only then gives its outcomes. So a batch is decided while the one before it
+syncs. The failure rule: no outcome is given before its decision and every decision it rests
+on are durable; an append that fails takes back its batch and every batch decided on top of
+it, exactly (the fold's journal), refuses all of them with the error, and has the store read
+again before the next decision. Readers wait for a state with nothing left to take back.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +34,7 @@ from joulepool.estimate import Declined, Derived, Tally, decide_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
-from joulepool.ledger.cose import open_envelope
+from joulepool.ledger.cose import GENESIS, open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
 from joulepool.ledger.keys import KeyPair
@@ -136,16 +141,30 @@ Outcome = Decision | Release | PoolError
 """What one operation of `Pool.apply` came to: its result, or the error that refused it."""
 
 
-class _Request:
-    __slots__ = ("actual", "claim", "claim_id", "done", "error", "result")
+class Batch:
+    """Operations decided together and the entries they sealed, waiting for the one append
+    that makes them durable (DESIGN.md §5): what `Pool.decide` returns and `Pool.persist`
+    takes. `start` and `head` are the ledger's length and head before its first entry."""
 
-    def __init__(self, claim: Claim | None, claim_id: str, actual: Energy | None) -> None:
-        self.claim = claim
-        self.claim_id = claim_id
-        self.actual = actual
-        self.done = False
-        self.result: Decision | Release | None = None
-        self.error: PoolError | None = None
+    __slots__ = ("head", "ops", "outcomes", "raws", "settled", "start")
+
+    def __init__(self, ops: Sequence[Claim | ReleaseRequest]) -> None:
+        self.ops = ops
+        self.outcomes: list[Outcome] = []
+        self.raws: list[bytes] = []
+        self.start = 0
+        self.head = GENESIS
+        self.settled = False
+
+    def refuse(self, error: PoolError) -> None:
+        """Nothing decided in the batch stands: every operation's outcome is `error`."""
+        self.outcomes = [error] * len(self.ops)
+        self.raws = []
+        self.settled = True
+
+
+def _store_error(exc: Exception) -> PoolError:
+    return exc if isinstance(exc, PoolError) else StoreError(f"append failed: {exc!r}")
 
 
 class Pool:
@@ -180,10 +199,13 @@ class Pool:
         self.idle_policy = idle_policy if idle_policy is not None else IdlePolicy()
         self.required_evidence = required_evidence
         self._clock = clock
-        self._queue: list[_Request] = []
-        self._queue_lock = threading.Lock()
-        # Readers take it too, so nobody sees an entry that is decided but not yet durable.
+        # Decisions, appends and readers take it; readers wait for a settled state under it.
         self._commit_lock = threading.RLock()
+        self._changed = threading.Condition(self._commit_lock)
+        self._pending: deque[Batch] = deque()
+        self._readers = 0
+        self._reread = False
+        self._snapshot_wanted = False
         self.appends = 0
         self._snapshots = snapshots
         self._snapshot_every = max(1, snapshot_every)
@@ -298,7 +320,7 @@ class Pool:
         """
         if self.read_only:
             raise StoreError("a read-only pool seals nothing, so rotates no key")
-        with self._commit_lock:
+        with self._settled():
             record = getattr(self.store, "record_rotation", None)
             if record is not None:
                 self.catch_up()  # the statement starts at the shared ledger's length
@@ -334,13 +356,13 @@ class Pool:
     @property
     def length(self) -> int:
         """Entries in the ledger, all of them durable."""
-        with self._commit_lock:
+        with self._settled():
             return self._replayer.length
 
     @property
     def head(self) -> bytes:
         """Content address of the last entry; the genesis sentinel when empty (DESIGN.md §4)."""
-        with self._commit_lock:
+        with self._settled():
             return self._replayer.head
 
     @property
@@ -351,7 +373,7 @@ class Pool:
 
     def snapshot(self) -> tuple[int, bytes]:
         """Length and head, read together."""
-        with self._commit_lock:
+        with self._settled():
             return self._replayer.length, self._replayer.head
 
     def catch_up(self) -> int:
@@ -361,10 +383,13 @@ class Pool:
         service that shares its store calls this before answering a read, so no replica
         answers from a view older than the request. A sole writer has nothing to read.
         """
-        with self._commit_lock:
-            for raw in self.store.entries(self._replayer.length):
-                self._replayer.feed(raw)
-            return self._replayer.length
+        with self._settled():
+            return self._catch_up()
+
+    def _catch_up(self) -> int:
+        for raw in self.store.entries(self._replayer.length):
+            self._replayer.feed(raw)
+        return self._replayer.length
 
     def head_at(self, length: int) -> bytes:
         """The ledger's head after its first `length` entries."""
@@ -382,7 +407,7 @@ class Pool:
 
     def period(self, index: int | None = None) -> Period:
         """The period of that index, or the current one (DESIGN.md §3)."""
-        with self._commit_lock:
+        with self._settled():
             schedule = self.state.schedule
             return schedule.period_at(self.now_ms()) if index is None else schedule.period(index)
 
@@ -392,7 +417,7 @@ class Pool:
 
         The same figures a decision reads: every surface that reports usage comes here.
         """
-        with self._commit_lock:
+        with self._settled():
             if index is None:
                 return self.state.current(self.now_ms()).of(entitlement)
             return self.state.figures_in(entitlement, index)
@@ -400,7 +425,7 @@ class Pool:
     def report(self, entitlement: str, index: int | None = None) -> dict[str, Any]:
         """API.md's Entitlement with its `usage` in a period (the current one by default),
         the period named in it: the one usage answer of the CLI, HTTP and metrics."""
-        with self._commit_lock:
+        with self._settled():
             ent = self.tree[entitlement]
             if index is None:
                 index = self.state.schedule.index_at(self.now_ms())
@@ -411,7 +436,7 @@ class Pool:
     def history(self, entitlement: str) -> dict[str, Any]:
         """Each period's charged energy against the guarantee, oldest first (DESIGN.md §3):
         what `pool usage --history` and `GET /v1/entitlements/{id}/periods` show."""
-        with self._commit_lock:
+        with self._settled():
             ent = self.tree.get(entitlement)
             if ent is None:
                 raise InvalidInput("entitlement", f"no entitlement {entitlement!r} in the tree")
@@ -434,12 +459,12 @@ class Pool:
 
     def periods_of(self, entitlement: str) -> list[PeriodFigures]:
         """Each period in which `entitlement` had claims admitted, oldest first (DESIGN.md §3)."""
-        with self._commit_lock:
+        with self._settled():
             return self.state.periods_of(entitlement)
 
     def claim_state(self, claim_id: str) -> ClaimState | None:
         """Where a claim stands, or None if the ledger never admitted it (§6.2)."""
-        with self._commit_lock:
+        with self._settled():
             return self._claim_state(claim_id)
 
     def _claim_state(self, claim_id: str) -> ClaimState | None:
@@ -463,7 +488,7 @@ class Pool:
     ) -> Derived | Declined:
         """An estimate earned from this ledger's own history of released claims (§2.6)."""
         need = self.required_evidence if required is None else required
-        with self._commit_lock:
+        with self._settled():
             counted = (
                 self.state.evidence(class_, entitlement)
                 if isinstance(class_, str) and class_
@@ -479,149 +504,245 @@ class Pool:
         Raises `ClaimError("claim_exists")` for an id the ledger admitted before (§6.4).
         Queue and Deny write nothing.
         """
-        return self._run(_Request(claim, claim.id, None))  # type: ignore[return-value]
+        decision = self._one(claim)
+        assert isinstance(decision, Decision)
+        return decision
 
     def release(self, claim_id: str, actual: Energy) -> Release:
         """Record that a claim ended, charging `actual` in place of its reservation (§6.2).
 
         Raises `ClaimError` with `unknown_claim` or `already_released`; nothing is appended.
         """
-        return self._run(_Request(None, claim_id, actual))  # type: ignore[return-value]
+        done = self._one(ReleaseRequest(claim_id, actual))
+        assert isinstance(done, Release)
+        return done
+
+    def _one(self, op: Claim | ReleaseRequest) -> Decision | Release:
+        (outcome,) = self.apply([op])
+        if isinstance(outcome, PoolError):
+            raise outcome
+        return outcome
 
     def apply(self, ops: Sequence[Claim | ReleaseRequest]) -> list[Outcome]:
         """Decide and record `ops` in order, as one group commit: one append, one fsync (§4, §6.2).
 
-        Each operation sees the state its predecessors left. An outcome is a `Decision`, a
-        `Release`, or the `PoolError` that refused that operation (a duplicate claim, say);
-        when the append itself fails, every operation's outcome is that error and nothing
-        decided in the batch stands. Nothing is returned before the append is durable.
+        `persist(decide(ops))`: see both. Nothing is returned before the append is durable.
         """
-        batch = [
-            _Request(op, op.id, None)
-            if isinstance(op, Claim)
-            else _Request(None, op.claim, op.actual)
-            for op in ops
-        ]
-        with self._commit_lock:
-            self._commit(batch)
-        out: list[Outcome] = []
-        for req in batch:
-            if req.error is not None:
-                out.append(req.error)
-            else:
-                assert req.result is not None
-                out.append(req.result)
-        return out
+        return self.persist(self.decide(ops))
 
-    def _run(self, request: _Request) -> Decision | Release:
-        with self._queue_lock:
-            self._queue.append(request)
-        with self._commit_lock:
-            if not request.done:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._commit(batch)
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
+    def decide(self, ops: Sequence[Claim | ReleaseRequest]) -> Batch:
+        """Decide `ops` in order and seal their entries, nothing yet durable (§4, §6.2; the
+        decide half of DESIGN.md §5's commit path).
 
-    def _commit(self, batch: list[_Request]) -> None:
-        state = self.state
+        Each operation sees the state its predecessors left, those of earlier batches still
+        being written included, so this batch is decided while the one before it syncs. An
+        outcome is a `Decision`, a `Release`, or the `PoolError` that refused that operation
+        (a duplicate claim, say). None of them may be answered before `persist` returns it.
+        """
+        batch = Batch(ops)
+        with self._commit_lock:
+            # A reader waiting for a settled state goes first, or it could wait for ever.
+            while self._readers:
+                self._changed.wait()
+            if self._snapshot_wanted:
+                self._snapshot_when_settled()
+            begun = False
+            try:
+                if self._reread:
+                    # After a failed append the store may hold what the failure hid (a
+                    # PostgreSQL COMMIT whose answer was lost): read it before deciding.
+                    self._catch_up()
+                    self._reread = False
+                batch.start, batch.head = self._replayer.length, self._replayer.head
+                self.state.begin()
+                begun = True
+                self._decide_into(batch)
+            except Exception as exc:
+                if begun:
+                    self._undo(batch)
+                batch.refuse(_store_error(exc))
+                return batch
+            self._pending.append(batch)
+        return batch
+
+    def persist(self, batch: Batch) -> list[Outcome]:
+        """Append `batch`'s entries with one fsync, then return its outcomes (§6.1; the
+        persist half of DESIGN.md §5's commit path). Batches persist in the order decided:
+        this waits for every earlier one.
+
+        The failure rule: no outcome is returned before its decision and every decision it
+        rests on are durable. When the append fails, this batch and every batch decided on
+        top of it are taken back and refused with the error, none acknowledged, and the store
+        is read again before the next decision. When another writer appended since the batch
+        was decided (a store shared by replicas), every batch waiting is decided again on
+        top of what it wrote, inside the append's critical section.
+        """
+        with self._commit_lock:
+            while not batch.settled and self._pending[0] is not batch:
+                self._changed.wait()
+            if batch.settled:
+                return batch.outcomes
+        group = [batch]
         try:
             with self.store.writing() as writer:
-                # Another replica may have appended since this one last looked (DESIGN.md §6).
-                for raw in writer.unseen(self.length):
-                    self._replayer.feed(raw)
-                head_before = self._replayer.head
-                raws: list[bytes] = []
-                state.begin()
-                try:
-                    for req in batch:
-                        try:
-                            sealed = self._decide_one(req)
-                        except (ClaimError, InvalidInput) as exc:
-                            # One request that cannot be sealed (an id too long for an
-                            # entry, a figure past CBOR's range) fails alone: it changed
-                            # nothing, and the others in its group commit still stand.
-                            req.error, req.result = exc, None
-                            continue
-                        if sealed is not None:
-                            raws.append(sealed)
-                    if raws:
-                        writer.append(raws)
-                        self.appends += 1
-                except BaseException:
-                    # The append did not happen, so nothing decided against it stands.
-                    state.rollback()
-                    self._replayer.head = head_before
-                    raise
-                state.commit()
-                if self._snapshots is not None and (
-                    state.length >= self._snapshot_due
-                    or (
-                        state.length > self._snapshot_length
-                        and time.monotonic() >= self._snapshot_deadline
-                    )
-                ):
-                    try:
-                        self._snapshot_in_background()
-                    except Exception as exc:
-                        # The batch is durable and decided: a snapshot that cannot start
-                        # costs restart time, never the verdicts already sealed.
-                        log.error("state snapshot not started: %s", exc)
+                unseen = writer.unseen(batch.start)
+                if unseen:
+                    group = self._decide_again(unseen)
+                raws = [raw for b in group for raw in b.raws]
+                if raws:
+                    writer.append(raws)
+                    self.appends += 1
         except Exception as exc:
-            error = exc if isinstance(exc, PoolError) else StoreError(f"append failed: {exc!r}")
-            for req in batch:
-                req.error, req.result = error, None
-        finally:
-            for req in batch:
-                req.done = True
+            self._refuse_from(group[0], _store_error(exc))
+        else:
+            self._settle(group)
+        return batch.outcomes
 
-    def _decide_one(self, req: _Request) -> bytes | None:
+    def _decide_into(self, batch: Batch) -> None:
+        for op in batch.ops:
+            try:
+                outcome, raw = self._decide_one(op)
+            except (ClaimError, InvalidInput) as exc:
+                # One operation that cannot be sealed (an id too long for an entry, a figure
+                # past CBOR's range) fails alone: it changed nothing, and the others stand.
+                batch.outcomes.append(exc)
+                continue
+            batch.outcomes.append(outcome)
+            if raw is not None:
+                batch.raws.append(raw)
+
+    def _decide_again(self, unseen: list[bytes]) -> list[Batch]:
+        """Every waiting batch, taken back, decided again after `unseen` and to be appended
+        together (DESIGN.md §6): another replica's entries come first."""
+        with self._commit_lock:
+            group = list(self._pending)
+            self._undo(group[0])
+            for raw in unseen:
+                self._replayer.feed(raw)
+            self.state.begin()
+            for b in group:
+                b.start, b.head = self._replayer.length, self._replayer.head
+                b.outcomes, b.raws = [], []
+                self._decide_into(b)
+            return group
+
+    def _undo(self, batch: Batch) -> None:
+        self.state.rollback(batch.start)
+        self._replayer.head = batch.head
+
+    def _refuse_from(self, batch: Batch, error: PoolError) -> None:
+        """The append of `batch` failed: it and every batch decided on top of it never
+        happened, and none of their outcomes is given, only the error."""
+        with self._commit_lock:
+            self._undo(batch)
+            for b in self._pending:
+                b.refuse(error)
+            self._pending.clear()
+            self._reread = True
+            self._changed.notify_all()
+
+    def _settle(self, group: list[Batch]) -> None:
+        with self._commit_lock:
+            for b in group:
+                assert self._pending[0] is b
+                self._pending.popleft()
+                b.settled = True
+            end = self._pending[0].start if self._pending else self._replayer.length
+            self.state.commit(end)
+            if self._snapshots is not None and (
+                end >= self._snapshot_due
+                or (end > self._snapshot_length and time.monotonic() >= self._snapshot_deadline)
+            ):
+                # A snapshot holds durable state only: one batch may be decided on top.
+                self._snapshot_wanted = True
+                if not self._pending:
+                    self._snapshot_when_settled()
+            self._changed.notify_all()
+
+    def _snapshot_when_settled(self) -> None:
+        while self._pending:
+            self._changed.wait()
+        self._snapshot_wanted = False
+        try:
+            self._snapshot_in_background()
+        except Exception as exc:
+            # The entries are durable and decided: a snapshot that cannot start costs
+            # restart time, never the verdicts already sealed.
+            log.error("state snapshot not started: %s", exc)
+
+    @contextmanager
+    def _settled(self) -> Iterator[None]:
+        """Hold the commit lock over a state with no decision still waiting for its append,
+        so that what a reader answers rests on nothing that could be taken back (DESIGN.md
+        §5). While one waits, no new batch is decided."""
+        with self._commit_lock:
+            if not self._pending:
+                self._reread_quietly()
+                yield
+                return
+            self._readers += 1
+            try:
+                while self._pending:
+                    self._changed.wait()
+                self._reread_quietly()
+                yield
+            finally:
+                self._readers -= 1
+                self._changed.notify_all()
+
+    def _reread_quietly(self) -> None:
+        if not self._reread:
+            return
+        try:
+            self._catch_up()
+            self._reread = False
+        except PoolError as exc:
+            # What is folded is still a prefix of the durable ledger; the next decision
+            # tries again, and fails if the store still cannot be read.
+            log.warning("the ledger could not be read again after a failed append: %s", exc)
+
+    def _decide_one(self, op: Claim | ReleaseRequest) -> tuple[Decision | Release, bytes | None]:
         state = self.state
         # Non-decreasing along the ledger (DESIGN.md §3): the decision and its entry share it.
         at_ms = self.now_ms()
-        if req.claim is not None:
-            claim = req.claim
-            check_admitted_id(claim.id, claim.entitlement, self.tree)
-            if state.knows(claim.id):
-                raise ClaimError("claim_exists", f"claim {brief(claim.id)} was admitted before")
-            verdict = decide(self.tree, state.current(at_ms), claim)
+        result: Decision | Release
+        if isinstance(op, Claim):
+            check_admitted_id(op.id, op.entitlement, self.tree)
+            if state.knows(op.id):
+                raise ClaimError("claim_exists", f"claim {brief(op.id)} was admitted before")
+            verdict = decide(self.tree, state.current(at_ms), op)
             if not isinstance(verdict, Admit):
                 renews = None
                 if isinstance(verdict, Queue) and verdict.reason in BUDGET_REASONS:
                     renews = state.schedule.period_at(at_ms).end_ms
-                req.result = Decision(claim.id, verdict, None, at_ms, renews)
-                return None
+                return Decision(op.id, verdict, None, at_ms, renews), None
             event: Event = Admitted(
-                claim=claim.id,
-                entitlement=claim.entitlement,
-                gang_size=claim.gang_size,
-                devices_per_member=claim.devices_per_member,
+                claim=op.id,
+                entitlement=op.entitlement,
+                gang_size=op.gang_size,
+                devices_per_member=op.devices_per_member,
                 reserved=verdict.reserved,
                 borrowed_uj=verdict.borrowed_uj,
                 at_ms=at_ms,
-                class_=claim.class_,
+                class_=op.class_,
             )
-            req.result = Decision(claim.id, verdict, state.length, at_ms)
+            result = Decision(op.id, verdict, state.length, at_ms)
         else:
-            assert req.actual is not None
-            if state.closed_claim(req.claim_id) is not None:
+            if state.closed_claim(op.claim) is not None:
                 raise ClaimError(
-                    "already_released", f"claim {brief(req.claim_id)} was released already"
+                    "already_released", f"claim {brief(op.claim)} was released already"
                 )
-            if state.open_claim(req.claim_id) is None:
+            if state.open_claim(op.claim) is None:
                 raise ClaimError(
-                    "unknown_claim", f"the ledger never admitted claim {brief(req.claim_id)}"
+                    "unknown_claim", f"the ledger never admitted claim {brief(op.claim)}"
                 )
-            event = Released(req.claim_id, req.actual, at_ms)
-            req.result = Release(req.claim_id, state.length, req.actual)
+            event = Released(op.claim, op.actual, at_ms)
+            result = Release(op.claim, state.length, op.actual)
         raw = seal_entry(
             event, state.length, self._replayer.head, self.steward, self.key.signing_key
         )
         self._replayer.extend(raw, event)
-        return raw
+        return result, raw
 
     def reload(
         self,
@@ -640,7 +761,7 @@ class Pool:
         runs next, under the commit lock, so no decision falls between it and the change;
         if it raises, nothing changes.
         """
-        with self._commit_lock:
+        with self._settled():
             replayer = None
             if period is not None and period != self.state.schedule:
                 replayer = replay(
@@ -721,7 +842,7 @@ class Pool:
         if self._snapshots is None or self.read_only:
             raise StoreError("this pool keeps no snapshots")
         self.wait_for_snapshot()
-        with self._commit_lock:
+        with self._settled():
             job = self._snapshot_job()
         return job()
 

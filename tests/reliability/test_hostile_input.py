@@ -15,7 +15,6 @@ import json
 import resource
 import subprocess
 import sys
-import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -35,7 +34,7 @@ from joulepool.ledger.cbor import CborRefused, decode_strict
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.operations import replay_bytes
 from joulepool.ledger.replay import replay
-from joulepool.pool import Pool
+from joulepool.pool import Decision, Pool, ReleaseRequest
 from joulepool.stores.file import create
 from tests.builders import claim, team_tree
 from tests.ledger.strategies import ERRORS
@@ -655,38 +654,25 @@ def test_a_hostile_request_in_a_group_commit_fails_alone(tmp_path: Path) -> None
     pool = Pool(team_tree(g=10**6), STEWARD, create(tmp_path / "ledger.cbor"))
     try:
         pool.submit(claim("victim", "a", 10))
-        results: dict[str, object] = {}
-
-        def run(name: str, call: Callable[[], object]) -> None:
-            try:
-                results[name] = call()
-            except Exception as exc:
-                results[name] = exc
-
-        jobs: list[tuple[str, Callable[[], object]]] = [
-            ("honest-1", lambda: pool.submit(claim("h1", "a", 10))),
-            ("too-long", lambda: pool.submit(claim("x" * (2 << 20), "b", 10))),
-            ("honest-2", lambda: pool.submit(claim("h2", "b", 10))),
-            ("never-admitted", lambda: pool.release("ghost", Energy(1, Grade.HwShunt))),
-            ("honest-3", lambda: pool.submit(claim("h3", "c", 10))),
-        ]
-        # Holding the commit lock makes all five queue and meet in one group commit.
-        with pool._commit_lock:
-            threads = [threading.Thread(target=run, args=job) for job in jobs]
-            for t in threads:
-                t.start()
-            deadline = time.monotonic() + 30
-            while len(pool._queue) < len(jobs):
-                assert time.monotonic() < deadline
-                time.sleep(0.01)
-        for t in threads:
-            t.join()
+        names = ["honest-1", "too-long", "honest-2", "never-admitted", "honest-3"]
+        # One `apply` is one group commit: all five meet in it.
+        outcomes = pool.apply(
+            [
+                claim("h1", "a", 10),
+                claim("x" * (2 << 20), "b", 10),
+                claim("h2", "b", 10),
+                ReleaseRequest("ghost", Energy(1, Grade.HwShunt)),
+                claim("h3", "c", 10),
+            ]
+        )
+        results = dict(zip(names, outcomes, strict=True))
         for name in ("honest-1", "honest-2", "honest-3"):
             decision = results[name]
-            assert not isinstance(decision, Exception), (name, decision)
-            assert isinstance(decision.verdict, Admit), (name, decision)  # type: ignore[attr-defined]
+            assert isinstance(decision, Decision), (name, decision)
+            assert isinstance(decision.verdict, Admit), (name, decision)
         assert isinstance(results["too-long"], InvalidInput), results["too-long"]
         assert isinstance(results["never-admitted"], ClaimError), results["never-admitted"]
+        assert pool.appends == 2
         assert pool.length == 4
         assert pool.claim_state("victim") is not None and pool.claim_state("victim").running  # type: ignore[union-attr]
     finally:

@@ -200,16 +200,26 @@ class LedgerState:
             )
 
     def begin(self) -> None:
-        """Start a batch whose events can all be taken back, for an append that may fail."""
-        self._journal = []
+        """Start a batch whose events can all be taken back, for an append that may fail.
+        Events of earlier batches whose appends are still under way stay journaled: a batch
+        decided while an earlier one is written rests on it (DESIGN.md §5)."""
+        if self._journal is None:
+            self._journal = []
         if not isinstance(self._closed, dict):
             self._closed.begin()
 
-    def commit(self) -> None:
-        """The batch is durable: forget how to take it back, and write its released claims
-        to the claim index in the same group commit."""
-        self._journal = None
-        self.flush_claims()
+    def commit(self, length: int | None = None) -> None:
+        """The events below `length` (all of them by default) are durable: forget how to take
+        them back, and write their released claims to the claim index in the same group
+        commit. Later events stay journaled, so a failing later append can still be undone."""
+        end = self._length if length is None else length
+        journal = self._journal
+        if journal is not None:
+            del journal[: len(journal) - (self._length - end)]
+            if not journal:
+                self._journal = None
+        if not isinstance(self._closed, dict):
+            self._closed.flush(end)
 
     def flush_claims(self) -> None:
         """Write buffered released claims to the claim index, covering this length."""
@@ -234,32 +244,40 @@ class LedgerState:
         """The on-disk index of released claims, where the fold keeps them there."""
         return None if isinstance(self._closed, dict) else self._closed
 
-    def rollback(self) -> None:
-        """Take back every event folded since `begin()`, newest first: a failed append
-        never happened, so the state must be exactly what it was before."""
-        journal, self._journal = self._journal or [], None
-        for event, running, last_at_ms, before in reversed(journal):
-            self._length -= 1
-            self.last_at_ms = last_at_ms
-            if isinstance(event, Admitted):
-                del self._open[event.claim]
-                self._hold(
-                    event, charged_uj=0, reserved_uj=-event.reserved.uj, sign=-1, admitted=-1
-                )
-                continue
-            assert running is not None
-            adm = running[0]
-            del self._closed[event.claim]
-            self._open[event.claim] = running
-            self._hold(adm, charged_uj=-event.actual.uj, reserved_uj=adm.reserved.uj, sign=+1)
-            if adm.class_ is not None:
-                tallies = self._evidence[adm.class_]
-                if before is None:
-                    del tallies[adm.entitlement]
-                    if not tallies:
-                        del self._evidence[adm.class_]
-                else:
-                    tallies[adm.entitlement] = before
+    def rollback(self, length: int | None = None) -> None:
+        """Take back every event journaled at index `length` or later (every journaled one by
+        default), newest first: a failed append never happened, so the state must be exactly
+        what it was before it, and so must be every decision resting on it."""
+        journal = self._journal or []
+        end = self._length - len(journal) if length is None else length
+        if end < self._length - len(journal):
+            raise ValueError(f"events below {self._length - len(journal)} are durable already")
+        while self._length > end:
+            self._undo(journal.pop())
+        if not journal:
+            self._journal = None
+
+    def _undo(self, journaled: Journal) -> None:
+        event, running, last_at_ms, before = journaled
+        self._length -= 1
+        self.last_at_ms = last_at_ms
+        if isinstance(event, Admitted):
+            del self._open[event.claim]
+            self._hold(event, charged_uj=0, reserved_uj=-event.reserved.uj, sign=-1, admitted=-1)
+            return
+        assert running is not None
+        adm = running[0]
+        del self._closed[event.claim]
+        self._open[event.claim] = running
+        self._hold(adm, charged_uj=-event.actual.uj, reserved_uj=adm.reserved.uj, sign=+1)
+        if adm.class_ is not None:
+            tallies = self._evidence[adm.class_]
+            if before is None:
+                del tallies[adm.entitlement]
+                if not tallies:
+                    del self._evidence[adm.class_]
+            else:
+                tallies[adm.entitlement] = before
 
     def open_claim(self, claim_id: str) -> OpenClaim | None:
         """The running claim of that id, or None."""

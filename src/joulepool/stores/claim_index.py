@@ -105,11 +105,14 @@ class ReleasedClaims:
         self._batch = True
 
     def flush(self, length: int) -> None:
-        """Write the buffered rows and the length they cover, in one transaction."""
-        self._batch = False
+        """Write the buffered rows released below `length` and the length they cover, in one
+        transaction. Rows at `length` or later belong to a batch whose append is still under
+        way: they stay buffered, since that batch may yet be taken back."""
+        later = {c: s for c, s in self._pending.items() if s[1] >= length}
+        self._batch = bool(later)
         if self.read_only:
             return  # a reader keeps its tail's rows in memory
-        rows = [(c, a, r) for c, (a, r) in self._pending.items()]
+        rows = [(c, a, r) for c, (a, r) in self._pending.items() if r < length]
         try:
             self._write(rows, length)
         except StoreError as exc:
@@ -117,7 +120,7 @@ class ReleasedClaims:
             # the next commit. A restart finds the index behind and rebuilds it (a cache).
             log.error("%s: the claim index could not be written: %s", self.where, exc)
             return
-        self._pending.clear()
+        self._pending = later
         self.base = length
 
     def items(self) -> Iterator[tuple[str, tuple[int, int]]]:
