@@ -38,6 +38,16 @@ def check_text(value: object, field: str) -> str:
     return value
 
 
+def check_hex(value: object, field: str, size: int | None = None) -> bytes:
+    """The bytes of a lower-case hex string (of exactly `size` bytes, where given): keys,
+    receipts and heads as API.md sends them."""
+    if type(value) is not str or len(value) % 2 or value.strip("0123456789abcdef"):
+        raise InvalidInput(field, "must be lower-case hex, two digits a byte")
+    if size is not None and len(value) != 2 * size:
+        raise InvalidInput(field, f"must be {size} bytes ({2 * size} hex digits)")
+    return bytes.fromhex(value)
+
+
 def check_keys(
     obj: object, where: str, required: Iterable[str], optional: Iterable[str] = ()
 ) -> Mapping[str, Any]:

@@ -51,8 +51,8 @@ class Config:
     required_evidence: int
     period: Schedule = NONE
     max_device_power_w: int | None = None
-    """The most one device can draw, W: it bounds a release's actual figure (issue 17;
-    `joulepool.plausibility`). None: unconfigured, and no physical bound is applied."""
+    """The most one device can draw, W: it bounds a release's actual figure
+    (`joulepool.plausibility`). None: unconfigured, and no physical bound is applied."""
 
 
 def read_config(path: Path) -> Config:
@@ -105,29 +105,24 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
     return Config(steward, tree, policy, required, period, ceiling)
 
 
-def config_digest(
-    tree: Tree,
-    idle: IdlePolicy,
-    required_evidence: int,
-    period: Schedule | None = None,
-    max_device_power_w: int | None = None,
-) -> bytes:
+def config_digest(config: Config) -> bytes:
     """SHA-256 of what decides in `pool.toml`: every field of every entitlement, in the
     tree's order, the idle policy, `required_evidence` and the budget period schedule
     (DESIGN.md §3: the period decides which spending counts), as canonical JSON. Replicas of
     one PostgreSQL ledger must agree on it (docs/reliability.md); comments, key order and
     layout of the file do not change it, and neither does the steward (its key is checked
-    on its own). The release ceiling `max_device_power_w` is covered where it is set (issue
-    17): replicas must refuse the same figures; unset, the digest is what it always was."""
+    on its own). The release ceiling `max_device_power_w` is covered where it is set, so
+    replicas refuse the same figures; unset, it leaves the digest as the rest makes it."""
+    idle = config.idle
     doc: dict[str, Any] = {
         "pool.toml": 1,
-        "entitlements": [dataclasses.asdict(ent) for ent in tree],
+        "entitlements": [dataclasses.asdict(ent) for ent in config.tree],
         "idle": {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw},
-        "required_evidence": required_evidence,
-        "period": dataclasses.asdict(period or Schedule()),
+        "required_evidence": config.required_evidence,
+        "period": dataclasses.asdict(config.period),
     }
-    if max_device_power_w is not None:
-        doc["max_device_power_w"] = max_device_power_w
+    if config.max_device_power_w is not None:
+        doc["max_device_power_w"] = config.max_device_power_w
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).digest()
 

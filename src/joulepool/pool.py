@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from joulepool.admission import Admit, Queue, QueueReason, Verdict, decide
 from joulepool.claim import Claim
@@ -55,6 +55,9 @@ from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
 from joulepool.stores.claim_index import ReleasedClaims, open_index
 from joulepool.tree import EntitlementUsage, Tree
+
+if TYPE_CHECKING:
+    from joulepool.deployment import Config
 
 log = logging.getLogger("joulepool.pool")
 
@@ -144,9 +147,10 @@ Outcome = Decision | Release | PoolError
 class Batch:
     """Operations decided together and the entries they sealed, waiting for the one append
     that makes them durable (DESIGN.md §5): what `Pool.decide` returns and `Pool.persist`
-    takes. `start` and `head` are the ledger's length and head before its first entry."""
+    takes. `start` and `head` are the ledger's length and head before its first entry;
+    `decided` is False for one left to be decided inside the append's critical section."""
 
-    __slots__ = ("head", "ops", "outcomes", "raws", "settled", "start")
+    __slots__ = ("decided", "head", "ops", "outcomes", "raws", "settled", "start")
 
     def __init__(self, ops: Sequence[Claim | ReleaseRequest]) -> None:
         self.ops = ops
@@ -154,6 +158,7 @@ class Batch:
         self.raws: list[bytes] = []
         self.start = 0
         self.head = GENESIS
+        self.decided = True
         self.settled = False
 
     def refuse(self, error: PoolError) -> None:
@@ -546,20 +551,23 @@ class Pool:
                 self._changed.wait()
             if self._snapshot_wanted:
                 self._snapshot_when_settled()
-            begun = False
+            # After a failed append the store may hold what the failure hid (a PostgreSQL
+            # COMMIT whose answer was lost): it is read before deciding. Where it cannot be
+            # read now, the append's critical section finds those entries as unseen and
+            # decides the batch again after them.
+            self._reread_quietly()
+            batch.start, batch.head = self._replayer.length, self._replayer.head
+            self.state.begin()
             try:
-                if self._reread:
-                    # After a failed append the store may hold what the failure hid (a
-                    # PostgreSQL COMMIT whose answer was lost): read it before deciding.
-                    self._catch_up()
-                    self._reread = False
-                batch.start, batch.head = self._replayer.length, self._replayer.head
-                self.state.begin()
-                begun = True
                 self._decide_into(batch)
+            except StoreError:
+                # The store could not be read for a decision (the claim index on a server
+                # that went away): the batch is decided in the append's critical section,
+                # whose entry says what the store can do, and nothing is written before.
+                self._undo(batch)
+                batch.outcomes, batch.raws, batch.decided = [], [], False
             except Exception as exc:
-                if begun:
-                    self._undo(batch)
+                self._undo(batch)
                 batch.refuse(_store_error(exc))
                 return batch
             self._pending.append(batch)
@@ -586,7 +594,7 @@ class Pool:
         try:
             with self.store.writing() as writer:
                 unseen = writer.unseen(batch.start)
-                if unseen:
+                if unseen or not batch.decided:
                     group = self._decide_again(unseen)
                 raws = [raw for b in group for raw in b.raws]
                 if raws:
@@ -616,13 +624,16 @@ class Pool:
         together (DESIGN.md §6): another replica's entries come first."""
         with self._commit_lock:
             group = list(self._pending)
-            self._undo(group[0])
+            first = group[0]
+            self._undo(first)
             for raw in unseen:
                 self._replayer.feed(raw)
+                # Durable already: a failure from here takes back nothing before it.
+                first.start, first.head = self._replayer.length, self._replayer.head
             self.state.begin()
             for b in group:
                 b.start, b.head = self._replayer.length, self._replayer.head
-                b.outcomes, b.raws = [], []
+                b.outcomes, b.raws, b.decided = [], [], True
                 self._decide_into(b)
             return group
 
@@ -634,12 +645,15 @@ class Pool:
         """The append of `batch` failed: it and every batch decided on top of it never
         happened, and none of their outcomes is given, only the error."""
         with self._commit_lock:
-            self._undo(batch)
-            for b in self._pending:
-                b.refuse(error)
-            self._pending.clear()
-            self._reread = True
-            self._changed.notify_all()
+            try:
+                self._undo(batch)
+            finally:
+                # Whatever happens, no client waits for ever on a batch nobody will persist.
+                for b in self._pending:
+                    b.refuse(error)
+                self._pending.clear()
+                self._reread = True
+                self._changed.notify_all()
 
     def _settle(self, group: list[Batch]) -> None:
         with self._commit_lock:
@@ -691,7 +705,8 @@ class Pool:
                 self._changed.notify_all()
 
     def _reread_quietly(self) -> None:
-        if not self._reread:
+        # Only onto a settled state: entries read from the store follow the durable ones.
+        if not self._reread or self._pending:
             return
         try:
             self._catch_up()
@@ -744,26 +759,19 @@ class Pool:
         self._replayer.extend(raw, event)
         return result, raw
 
-    def reload(
-        self,
-        tree: Tree,
-        period: Schedule | None = None,
-        *,
-        idle_policy: IdlePolicy | None = None,
-        required_evidence: int | None = None,
-        before: Callable[[], None] | None = None,
-    ) -> None:
-        """Put a changed tree, period schedule, idle policy and evidence count in force; the
-        ledger is kept (§6.1).
+    def reload(self, config: Config, *, before: Callable[[], None] | None = None) -> None:
+        """Put a changed `pool.toml` in force: its tree, period schedule, idle policy and
+        evidence count; the ledger is kept (§6.1). The steward is checked at the start only.
 
         A changed schedule regroups history, never what the ledger says (DESIGN.md §3): the
         ledger is replayed again under it, and the old state stays if that fails. `before`
         runs next, under the commit lock, so no decision falls between it and the change;
         if it raises, nothing changes.
         """
+        tree, period = config.tree, config.period
         with self._settled():
             replayer = None
-            if period is not None and period != self.state.schedule:
+            if period != self.state.schedule:
                 replayer = replay(
                     self.store.entries(),
                     self.key.kid,
@@ -787,10 +795,8 @@ class Pool:
                 self.state.rebind(tree)
             else:
                 self._replayer = replayer
-            if idle_policy is not None:
-                self.idle_policy = idle_policy
-            if required_evidence is not None:
-                self.required_evidence = required_evidence
+            self.idle_policy = config.idle
+            self.required_evidence = config.required_evidence
 
     def entries(self, start: int = 0) -> Iterator[bytes]:
         """The ledger's entries from `start`, as stored."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -370,6 +371,7 @@ def test_s6_4_a_reload_under_another_period_keeps_released_claims_in_the_index(
     """A changed period schedule replays the ledger to regroup it (DESIGN.md §3); which
     claims were released does not change, so they stay in the on-disk index, and claims
     released after the reload reach it too (never a heap set growing again)."""
+    from joulepool.deployment import CONFIG, read_config
     from joulepool.periods import Schedule
 
     folder = deployment(tmp_path)
@@ -377,7 +379,7 @@ def test_s6_4_a_reload_under_another_period_keeps_released_claims_in_the_index(
     try:
         index = pool.state.claims
         assert index is not None
-        pool.reload(pool.tree, Schedule("week"))
+        pool.reload(dataclasses.replace(read_config(folder / CONFIG), period=Schedule("week")))
         assert pool.state.schedule == Schedule("week")
         assert pool.state.claims is index
         running = pool.state.open_claims()[0]

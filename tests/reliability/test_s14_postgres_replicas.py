@@ -204,7 +204,7 @@ def rewrite_tree(folder: Path, tree: Tree) -> None:
 
 def digest_of(folder: Path) -> str:
     c = read_config(folder / CONFIG)
-    return config_digest(c.tree, c.idle, c.required_evidence, c.period).hex()
+    return config_digest(c).hex()
 
 
 def no_borrowing(tree: Tree, node: str) -> Tree:

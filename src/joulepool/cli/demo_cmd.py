@@ -274,6 +274,7 @@ def _rollover(d: _Demo, pool: Pool) -> None:
     """A queued claim admits when the period renews; an estimate earned before still holds."""
     import time
 
+    from joulepool.deployment import Config
     from joulepool.estimate import Derived
     from joulepool.periods import Schedule, utc_text
     from joulepool.pool import wall_clock_ms
@@ -281,7 +282,15 @@ def _rollover(d: _Demo, pool: Pool) -> None:
     # A schedule change regroups the ledger's history and never changes the ledger, so
     # the same ledger can be watched in short periods here (pool.toml keeps the month).
     now = wall_clock_ms()
-    pool.reload(pool.tree, Schedule("fixed", ROLLOVER_MS, now))
+    pool.reload(
+        Config(
+            pool.steward,
+            pool.tree,
+            pool.idle_policy,
+            pool.required_evidence,
+            Schedule("fixed", ROLLOVER_MS, now),
+        )
+    )
     period = pool.period()
     assert period.end_ms is not None
     d.say(

@@ -76,13 +76,7 @@ def build_service(
     # Scopes are checked against the tree being served: a token naming an entitlement it
     # does not have refuses the start (API.md, Tokens).
     tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
-    digest = config_digest(
-        config.tree,
-        config.idle,
-        config.required_evidence,
-        config.period,
-        config.max_device_power_w,
-    )
+    digest = config_digest(config)
     held: Any = None
     if not postgres:
         from joulepool.stores.file import LedgerLock
@@ -255,13 +249,7 @@ def _serve(args: argparse.Namespace) -> int:
             tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
             # On PostgreSQL a changed pool.toml is recorded for every replica in the same
             # step (docs/reliability.md §8).
-            service.reload(
-                config.tree,
-                config.period,
-                config.idle,
-                config.required_evidence,
-                config.max_device_power_w,
-            )
+            service.reload(config)
         except PoolError as exc:
             print(
                 f"pool serve: error: reload refused, keeping the old configuration: {exc}",

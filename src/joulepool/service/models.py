@@ -1,9 +1,11 @@
-"""The request and response shapes of the HTTP API, for validation and the OpenAPI schema.
+"""The request and response shapes of the HTTP API, as the OpenAPI schema publishes them.
 
-They mirror CONFORMANCE.md's shapes exactly. Requests are strict: integers only (no float,
-no bool, no numeric string), every figure in [0, 2**64 - 1], no empty name, no unknown
-field; an optional field given as null is absent, and a required one given as null is
-refused (DESIGN.md §2, §3 "Edge cases, pinned").
+They mirror CONFORMANCE.md's shapes exactly. A request body is not validated against these
+models: the routes read it with the standard's own readers (`from_json`, `checks.py`; see
+`service/body.py`), the path `pool exec` takes. The request models describe the same rules
+for clients: integers only (no float, no bool, no numeric string), every figure in
+[0, 2**64 - 1], no empty name, no unknown field; an optional field given as null is absent,
+and a required one given as null is refused (DESIGN.md §2, §3 "Edge cases, pinned").
 """
 
 from __future__ import annotations
@@ -220,7 +222,7 @@ class UsageOut(BaseModel):
 
 class SubtreeUsageOut(UsageOut):
     """An interior node's subtree totals: the sums of its and its descendants' figures and
-    guarantees (API.md usage fields; issue 17)."""
+    guarantees (API.md usage fields)."""
 
     guarantee_uj: int
     guarantee_devices: int

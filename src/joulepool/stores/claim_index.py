@@ -1,6 +1,5 @@
 """The released-claim index: every claim id a ledger admitted and released, off the heap
-(standard §6.4: an id is never admitted twice; issue 16: memory that does not grow with
-history).
+(standard §6.4: an id is never admitted twice), so that memory does not grow with history.
 
 The fold keeps open claims in memory (they are few and decisions need them); a claim that is
 released moves here, to an SQLite table beside the ledger file (`<ledger>.claims`). Rows are

@@ -1,0 +1,159 @@
+"""Claims (API.md `/v1/claims`): decide one (§4), release one (§6.2), read one's state."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import msgspec
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from joulepool.admission import Admit
+from joulepool.claim import Claim
+from joulepool.claim_id import check_claim_id, lookup_ids, namespaced, shown_id
+from joulepool.errors import InvalidInput
+from joulepool.grade import Energy
+from joulepool.ledger.entry import brief as brief_id
+from joulepool.service import models as m
+from joulepool.service.access_log import note
+from joulepool.service.body import BODY, documented, fields, json_body
+from joulepool.service.deps import (
+    ERRORS,
+    ApiError,
+    acting,
+    log,
+    operator,
+    principal,
+    require_scope,
+    served,
+    service_of,
+)
+from joulepool.service.metrics import Metrics
+from joulepool.service.served import Service
+from joulepool.service.tokens import Principal
+
+router = APIRouter()
+
+
+@router.post(
+    "/v1/claims",
+    response_model=m.AdmitOut | m.QueueOut | m.DenyOut,
+    responses={**ERRORS, 409: {"model": m.ErrorOut, "description": "claim_exists"}},
+    tags=["claims"],
+    openapi_extra=documented(m.ClaimIn),
+)
+async def submit(request: Request) -> Response:
+    """Decide a claim (§4); an Admit is in the ledger before this answers."""
+    # The principal is read without a dependency: this is the path every admission
+    # takes, and FastAPI's dependency machinery costs more than the lookup.
+    claim = Claim.from_json(await json_body(request), BODY)
+    who = acting(request)
+    service = service_of(request)
+    metrics: Metrics = request.app.state.metrics
+    committer = service.ready_committer()
+    require_scope(who, committer.pool, claim.entitlement)
+    sent = claim.id
+    if who.tenant is not None:
+        # A tenant's ids live in its own namespace, so no other team can see or squat
+        # them (claim_id.py); `Pool` checks an operator's id as it records it.
+        check_claim_id(sent, "id")
+        claim = dataclasses.replace(claim, id=namespaced(who.tenant, sent))
+    started = time.perf_counter()
+    decision = await committer.submit(claim)
+    metrics.commit_seconds.observe(time.perf_counter() - started)
+    out = decision.to_json()
+    metrics.verdicts.record(committer.pool.tree, claim.entitlement, out, committer.pool.now_ms())
+    out["claim"] = sent  # as the client named it, without the tenant's namespace
+    if isinstance(decision.verdict, Admit):
+        note(request.scope, sent, "admit")
+    else:
+        note(
+            request.scope,
+            sent,
+            f"{decision.verdict.verdict}:{decision.verdict.reason.value}",
+        )
+    return Response(msgspec.json.encode(out), media_type="application/json")
+
+
+@router.post(
+    "/v1/claims/{claim_id:path}/release",
+    response_model=m.ReleaseOut,
+    responses={
+        **ERRORS,
+        404: {"model": m.ErrorOut},
+        409: {"model": m.ErrorOut},
+        422: {"model": m.ErrorOut, "description": "invalid_input, or implausible_actual"},
+    },
+    tags=["claims"],
+    openapi_extra=documented(m.ReleaseIn),
+)
+async def release(
+    claim_id: str,
+    request: Request,
+    who: Principal = Depends(operator),
+    service: Service = Depends(served),
+) -> Response:
+    """Record a claim's end, charging its actual figure in place of its reservation (§6.2);
+    a figure above the physical ceiling is 422 `implausible_actual` unless overridden."""
+    from joulepool.plausibility import check_release, refusal
+
+    body = fields(await json_body(request), ("actual",), ("override",))
+    actual = Energy.from_json(body["actual"], f"{BODY}.actual")
+    override = body.get("override", False)
+    if type(override) is not bool:
+        raise InvalidInput(f"{BODY}.override", "must be true or false")
+    metrics: Metrics = request.app.state.metrics
+    committer = service.ready_committer()
+    started = time.perf_counter()
+    # The claim's state is read under the pool's lock: off the event loop, so a commit in
+    # progress never stalls the admissions the loop is serving.
+    finding = await run_in_threadpool(
+        check_release, committer.pool, claim_id, actual.uj, service.max_device_power_w
+    )
+    if finding is not None:
+        if finding.kind == "above_ceiling" and not override:
+            raise refusal(finding)
+        # An override, or a figure far above its reservation with no ceiling to judge it
+        # by: charged as sent, and left in the log for whoever reads it.
+        log.warning(
+            "release %s %s by %s: %s",
+            "override" if override else "flagged",
+            finding.kind,
+            who.name,
+            finding.words,
+        )
+    rel = await committer.release(claim_id, actual)
+    note(request.scope, claim_id, "released" if finding is None else f"released:{finding.kind}")
+    metrics.commit_seconds.observe(time.perf_counter() - started)
+    return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
+
+
+@router.get(
+    "/v1/claims/{claim_id:path}",
+    response_model=m.ClaimStateOut,
+    responses={**ERRORS, 404: {"model": m.ErrorOut}},
+    tags=["claims"],
+)
+def claim_state(
+    claim_id: str, who: Principal = Depends(principal), service: Service = Depends(served)
+) -> Response:
+    """A claim's state; Queue and Deny leave no record (§6.2)."""
+    pool = service.fresh_pool()
+    # A claim the token may not see is answered exactly like one that does not exist.
+    found = (pool.claim_state(i) for i in lookup_ids(who.tenant, claim_id))
+    state = next(
+        (
+            s
+            for s in found
+            if s is not None and (who.operator or who.may_act_on(pool.tree, s.admitted.entitlement))
+        ),
+        None,
+    )
+    if state is None:
+        raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
+    from joulepool.claims_view import claim_json
+
+    out = claim_json(state, shown_id(who.tenant, state.claim))
+    return JSONResponse(out)
