@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.servers import start_serve, wait_ready
 
-from joulepool.deployment import write_config
+from joulepool.deployment.config import write_config
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.keys import write_key_file
 from joulepool.ledger.rollback import HighWater

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import CONFIG, TOKENS, read_config
+from joulepool.deployment.config import CONFIG, TOKENS, read_config
 from joulepool.service.tokens import add_token
 
 

@@ -12,7 +12,7 @@ import pytest
 from joulepool.admission import Admit, Queue, QueueReason
 from joulepool.claim import Claim
 from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import CONFIG, LEDGER, parse_tree, read_config
+from joulepool.deployment.config import CONFIG, LEDGER, parse_tree, read_config
 from joulepool.errors import ClaimError, InvalidTree
 from joulepool.estimate import Derived
 from joulepool.grade import Energy, Grade

@@ -33,6 +33,7 @@ from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
 from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.replay import replay
 from joulepool.ledger.rollback import HighWater, Mark
 from joulepool.ledger.rotation import KeySchedule
@@ -48,7 +49,7 @@ from joulepool.ledger.snapshot import (
 )
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
-from joulepool.stores.claim_index import ReleasedClaims, open_index
+from joulepool.stores.claim_index import open_index
 from joulepool.tree import EntitlementUsage, Tree
 
 log = logging.getLogger("joulepool.pool")
@@ -758,10 +759,10 @@ def open_pool(
     """
     import sys
 
-    from joulepool.deployment import CONFIG, KEY, LEDGER, WITNESSES, read_config
-    from joulepool.steward_keys import deployment_keys, rotate_pending
+    from joulepool.deployment.config import CONFIG, KEY, LEDGER, WITNESSES, read_config
+    from joulepool.deployment.keys import deployment_keys, rotate_pending
+    from joulepool.deployment.witnesses import kept_marks
     from joulepool.stores.file import FileStore
-    from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
     key, keys = deployment_keys(folder, read_only=read_only)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import LEDGER, PUBLIC_KEY
+from joulepool.deployment.config import LEDGER, PUBLIC_KEY
 from joulepool.errors import LedgerRefused, PoolError, StoreError
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair, load_key_file

@@ -42,7 +42,7 @@ class Located:
 def locate(target: str, key: str | None, witnesses: str | None = None) -> Located:
     """A ledger file, or the ledger of a deployment folder, with where its key and receipts
     are: `--key`, else `steward.pub` beside it; `--witnesses`, else `witnesses/` beside it."""
-    from joulepool.deployment import LEDGER, PUBLIC_KEY, WITNESSES
+    from joulepool.deployment.config import LEDGER, PUBLIC_KEY, WITNESSES
     from joulepool.errors import InvalidInput
 
     path = Path(target)
@@ -165,9 +165,9 @@ def verified(
     """Open the ledger read-only and replay it, or raise `LedgerRefused` at its index; then
     hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1). Given `snapshots`,
     the kept state snapshots are compared with the replay and a row each is added there."""
+    from joulepool.deployment.keys import statements_for
     from joulepool.errors import LedgerRefused
     from joulepool.ledger.replay import replay
-    from joulepool.steward_keys import statements_for
     from joulepool.stores.file import FileStore
 
     where = locate(args.file, args.key, getattr(args, "witnesses", None))
@@ -230,9 +230,9 @@ def _hold_to_acknowledged(store: FileStore, where: Located, steward: str) -> Non
     A bare ledger file without a record is read as it is (it may be a copy or an export);
     a deployment's ledger without one is refused, as `pool serve` would refuse it.
     """
+    from joulepool.deployment.witnesses import kept_marks
     from joulepool.ledger.rollback import check_acknowledged
     from joulepool.stores.base import head_at, refuse_rollback
-    from joulepool.witnesses import kept_marks
 
     marks, problems = kept_marks(where.witnesses, steward)
     for problem in problems:
@@ -246,9 +246,9 @@ def _hold_to_acknowledged(store: FileStore, where: Located, steward: str) -> Non
 def _attestation(
     args: argparse.Namespace, store: FileStore, key: KeyPair, replayer: Replayer
 ) -> Any:
+    from joulepool.deployment.witnesses import KeptReceipt, attestation, load_receipts
     from joulepool.ledger.keys import load_key_file
     from joulepool.stores.base import head_at
-    from joulepool.witnesses import KeptReceipt, attestation, load_receipts
 
     kept = load_receipts(locate(args.file, args.key, args.witnesses).witnesses)
     for receipt, witness_key in zip(args.receipt, args.witness_key, strict=False):
@@ -513,11 +513,11 @@ def _recover(args: argparse.Namespace) -> int:
 
 def _acknowledge(args: argparse.Namespace) -> int:
     """Record a ledger, verified whole, as what its deployment acknowledged (§6.1)."""
+    from joulepool.deployment.witnesses import kept_marks
     from joulepool.errors import InvalidInput, LedgerRefused
     from joulepool.ledger.replay import replay
     from joulepool.ledger.rollback import HighWater, Mark, check_acknowledged
     from joulepool.stores.base import Store, head_at
-    from joulepool.witnesses import kept_marks
 
     store: Store
     if args.postgres:
@@ -539,7 +539,7 @@ def _acknowledge(args: argparse.Namespace) -> int:
         key_path, witnesses = where.key, where.witnesses
         store = FileStore(where.ledger)
     try:
-        from joulepool.steward_keys import statements_for
+        from joulepool.deployment.keys import statements_for
 
         key = steward_key(key_path, bool(args.key))
         given = Path(args.rotations) if args.rotations else None
@@ -584,7 +584,7 @@ def _acknowledge(args: argparse.Namespace) -> int:
 
 
 def _backup(args: argparse.Namespace) -> int:
-    from joulepool.backup import backup
+    from joulepool.deployment.backup import backup
 
     result = backup(Path(args.dir), Path(args.out), with_secret_key=args.with_secret_key)
     key_words = (
@@ -602,7 +602,7 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from joulepool.backup import RestoreWouldLose, restore
+    from joulepool.deployment.backup import RestoreWouldLose, restore
 
     try:
         lost = restore(Path(args.backup), Path(args.dir), accept_loss=args.accept_loss)
@@ -631,8 +631,8 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from joulepool.deployment.keys import ROTATIONS, read_statements, write_statements
     from joulepool.errors import InvalidInput, StoreError
-    from joulepool.steward_keys import ROTATIONS, read_statements, write_statements
     from joulepool.stores.base import Store
     from joulepool.stores.export import export_ledger
 

@@ -13,7 +13,7 @@ from joulepool.errors import InvalidInput
 
 def deployment_dir(text: str) -> Path:
     """`text` as a deployment folder (DESIGN.md §5): it exists, is a folder, holds pool.toml."""
-    from joulepool.deployment import CONFIG
+    from joulepool.deployment.config import CONFIG
 
     path = Path(text)
     if not path.exists():

@@ -49,7 +49,7 @@ def source_words(source: dict[str, Any]) -> str:
 
 def init_deployment(folder: Path, steward: str) -> None:
     """Create a deployment: a key, the example tree, an empty ledger (DESIGN.md §5)."""
-    from joulepool.deployment import (
+    from joulepool.deployment.config import (
         CONFIG,
         EXAMPLE_TREE,
         KEY,
@@ -97,7 +97,7 @@ def _admit(args: argparse.Namespace) -> int:
     from joulepool.claim import Claim
     from joulepool.errors import InvalidInput
     from joulepool.estimate import Derived
-    from joulepool.explain import explain, renewal
+    from joulepool.views.explain import explain, renewal
 
     pool = _open(args)
     try:
@@ -123,7 +123,7 @@ def _admit(args: argparse.Namespace) -> int:
             args.class_,
         )
         if args.dry_run:
-            from joulepool.claims_view import dry_run
+            from joulepool.views.claims import dry_run
 
             decision = dry_run(pool, claim)
         else:
@@ -134,7 +134,7 @@ def _admit(args: argparse.Namespace) -> int:
             decision.verdict.verdict == "deny"
             and decision.verdict.reason.value == "unknown_entitlement"
         ):
-            from joulepool.claims_view import did_you_mean
+            from joulepool.views.claims import did_you_mean
 
             hint = did_you_mean(pool.tree, claim.entitlement)
     finally:
@@ -160,9 +160,9 @@ def _confirmed(words: str) -> bool:
 
 
 def _claims(args: argparse.Namespace) -> int:
-    from joulepool.claims_view import claim_json, claims
     from joulepool.periods import utc_text
     from joulepool.units import column
+    from joulepool.views.claims import claim_json, claims
 
     pool = _open(args)
     try:
@@ -209,10 +209,10 @@ def _claims(args: argparse.Namespace) -> int:
 
 
 def _claim(args: argparse.Namespace) -> int:
-    from joulepool.claims_view import claim_json
     from joulepool.errors import ClaimError
     from joulepool.periods import utc_text
     from joulepool.units import energy_text
+    from joulepool.views.claims import claim_json
 
     pool = _open(args)
     try:
@@ -249,9 +249,9 @@ def _claim(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from joulepool.deployment import CONFIG, read_config
-    from joulepool.plausibility import check_release, refusal
+    from joulepool.deployment.config import CONFIG, read_config
     from joulepool.units import energy_text
+    from joulepool.views.plausibility import check_release, refusal
 
     pool = _open(args)
     try:
@@ -291,7 +291,7 @@ def _release(args: argparse.Namespace) -> int:
 def usage_rows(pool: Pool, index: int | None = None) -> list[dict[str, Any]]:
     """Every entitlement's guarantees and usage in a period, interior nodes with their
     subtree's totals beside (API.md figures, DESIGN.md §3; `usage_report`)."""
-    from joulepool.usage_report import entitlement_reports
+    from joulepool.views.usage import entitlement_reports
 
     return entitlement_reports(pool, None, index)
 
@@ -471,8 +471,8 @@ def _read_json(source: str) -> Any:
 
 
 def _run_op(case: dict[str, Any]) -> dict[str, Any]:
+    from joulepool.conformance.execute import run_case
     from joulepool.errors import InvalidInput
-    from joulepool.execute import run_case
 
     result = run_case(case)
     if "error" in result:
@@ -516,7 +516,7 @@ def _idle(args: argparse.Namespace) -> int:
     policy: dict[str, int] = {}
     if args.dir is not None:
         from joulepool.cli.paths import deployment_dir
-        from joulepool.deployment import CONFIG, read_config
+        from joulepool.deployment.config import CONFIG, read_config
 
         configured = read_config(deployment_dir(args.dir) / CONFIG).idle
         if configured.window_us is not None:

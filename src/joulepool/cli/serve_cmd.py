@@ -50,7 +50,7 @@ def build_service(
     is taken here, before replay: a second `pool serve` on the folder is refused at once
     (`LedgerLocked`, naming the pid that holds it), never left unready for ever.
     """
-    from joulepool.deployment import (
+    from joulepool.deployment.config import (
         CONFIG,
         KEY,
         LEDGER,
@@ -59,14 +59,14 @@ def build_service(
         config_digest,
         read_config,
     )
+    from joulepool.deployment.keys import deployment_keys, rotate_pending
+    from joulepool.deployment.witnesses import kept_marks
     from joulepool.errors import PoolError
     from joulepool.ledger.snapshot import SnapshotFolder
     from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS, Pool
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
-    from joulepool.steward_keys import deployment_keys, rotate_pending
     from joulepool.stores.claim_index import open_index
-    from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
     # The key in force after the deployment's rotation statements (DESIGN.md §4).
@@ -196,7 +196,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput, PoolError
     from joulepool.service.app import create_app
     from joulepool.service.connections import bounded_protocol
@@ -272,7 +272,7 @@ def _serve(args: argparse.Namespace) -> int:
         service.tokens = tokens
         print("pool serve: configuration reloaded", file=sys.stderr)
         if service.pool is not None:
-            from joulepool.steward_keys import rotate_pending
+            from joulepool.deployment.keys import rotate_pending
 
             _rotate_pending(folder, service.pool, rotate_pending)
 
@@ -326,7 +326,7 @@ def _log_config(level: str) -> dict[str, Any]:
 
 def _token_add(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput
     from joulepool.service.tokens import add_token, scope_problem
 
@@ -351,7 +351,7 @@ def _token_add(args: argparse.Namespace) -> int:
 
 def _token_list(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.service.tokens import read_tokens
 
     folder = deployment_dir(args.dir)
@@ -392,7 +392,7 @@ def _token_list(args: argparse.Namespace) -> int:
 
 def _token_revoke(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.service.tokens import revoke_token
 
     folder = deployment_dir(args.dir)

@@ -18,7 +18,7 @@ from joulepool.service.ledger_report import ledger_report
 from joulepool.service.timeline import Timeline
 from joulepool.service.tokens import Principal
 from joulepool.service.verdicts import VerdictBook
-from joulepool.usage_report import entitlement_reports
+from joulepool.views.usage import entitlement_reports
 
 CONSISTENT_TRIES = 5
 """Reads of the whole answer before giving up on one in which no append came in between."""

@@ -137,7 +137,7 @@ class _PoolCollector(Collector):
         pool = self._pool()
         if pool is None:
             return
-        from joulepool.usage_report import entitlement_reports
+        from joulepool.views.usage import entitlement_reports
 
         visible = self._visible(pool)
         # One period for the whole scrape, so no figure straddles a rollover (DESIGN.md §3).

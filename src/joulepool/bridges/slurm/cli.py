@@ -72,7 +72,7 @@ def held_jobs() -> list[dict[str, Any]]:
 
 def _explain(state: str, reason: str | None, renews_ms: int | None = None) -> str:
     from joulepool.admission import DenyReason, QueueReason
-    from joulepool.explain import _DENY, _QUEUE, renewal
+    from joulepool.views.explain import _DENY, _QUEUE, renewal
 
     if state == "unreachable":
         return "Pool did not answer at submission; the agent asks again until it does"

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from joulepool.deployment import CONFIG, KEY, LEDGER, PUBLIC_KEY, TOKENS, WITNESSES
+from joulepool.deployment.config import CONFIG, KEY, LEDGER, PUBLIC_KEY, TOKENS, WITNESSES
+from joulepool.deployment.keys import ROTATIONS
 from joulepool.errors import InvalidInput, PoolError, StoreError
 from joulepool.files import fsync_dir
 from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.snapshot import SnapshotFolder
-from joulepool.steward_keys import ROTATIONS
 from joulepool.stores.claim_index import index_path, open_index
 from joulepool.stores.file import FileStore, LedgerLocked, lock_holder
 from joulepool.stores.highwater import HighWaterFile, record_path
