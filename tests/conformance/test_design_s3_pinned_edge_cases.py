@@ -20,8 +20,8 @@ import pytest
 from joulepool.admission import Admit
 from joulepool.claim import Claim
 from joulepool.cli import main
-from joulepool.cli.pool_cmd import init_deployment
 from joulepool.conformance.ledger_ops import replay_bytes, split_ledger
+from joulepool.deployment.init import init_deployment
 from joulepool.deployment.witnesses import KeptReceipt, attestation
 from joulepool.errors import InvalidInput, InvalidTree, LedgerRefused
 from joulepool.estimate import Declined, DeclineReason, Derived

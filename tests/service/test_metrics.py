@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from joulepool.claim import Claim
+from joulepool.deployment.open import open_pool
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.witness import sign_witness
-from joulepool.pool import open_pool
 from joulepool.service.metrics import USAGE_GAUGES, exported_names
 from tests.servers import Deployment, Serve, pool_cli, serving, start_serve
 

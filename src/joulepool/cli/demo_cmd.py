@@ -103,15 +103,16 @@ class _Demo:
 def run_demo(folder: Path, out: Console) -> None:
     """Set up a deployment in `folder` and walk the scenario (see the module docstring)."""
     from joulepool.attribution import attribute
-    from joulepool.cli.pool_cmd import init_deployment
     from joulepool.deployment.config import WITNESSES
+    from joulepool.deployment.init import init_deployment
+    from joulepool.deployment.open import open_pool
     from joulepool.deployment.witnesses import attestation, keep_receipt, load_receipts
     from joulepool.estimate import Derived
     from joulepool.grade import Energy, Grade
     from joulepool.idle import IdleObservation, IdlePolicy, idle_verdicts, reclamation_order
     from joulepool.ledger.keys import KeyPair, write_key_file
     from joulepool.ledger.witness import sign_witness
-    from joulepool.pool import open_pool, wall_clock_ms
+    from joulepool.pool import wall_clock_ms
     from joulepool.preemption import Workload, preemption_order, realised_cost
 
     init_deployment(folder, "steward")

@@ -21,7 +21,7 @@ EXIT_BY_VERDICT = {"admit": 0, "queue": 3, "deny": 4}
 
 def _open(args: argparse.Namespace, *, read_only: bool = False) -> Pool:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.pool import open_pool
+    from joulepool.deployment.open import open_pool
 
     return open_pool(deployment_dir(args.dir), read_only=read_only)
 
@@ -47,34 +47,9 @@ def source_words(source: dict[str, Any]) -> str:
     )
 
 
-def init_deployment(folder: Path, steward: str) -> None:
-    """Create a deployment: a key, the example tree, an empty ledger (DESIGN.md §5)."""
-    from joulepool.deployment.config import (
-        CONFIG,
-        EXAMPLE_TREE,
-        KEY,
-        LEDGER,
-        MONTHLY,
-        PUBLIC_KEY,
-        WITNESSES,
-        write_config,
-    )
-    from joulepool.errors import InvalidInput
-    from joulepool.ledger.keys import KeyPair, write_key_file
-    from joulepool.stores.file import create
-
-    if folder.exists() and any(folder.iterdir()):
-        raise InvalidInput(str(folder), "is not empty; pool init never overwrites a deployment")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / WITNESSES).mkdir()
-    key = KeyPair.generate(steward)
-    write_key_file(folder / KEY, key)
-    write_key_file(folder / PUBLIC_KEY, key.public())
-    write_config(folder / CONFIG, steward, EXAMPLE_TREE, period=MONTHLY)
-    create(folder / LEDGER).close()
-
-
 def _init(args: argparse.Namespace) -> int:
+    from joulepool.deployment.init import init_deployment
+
     folder = Path(args.dir)
     init_deployment(folder, args.steward)
     result = {"dir": str(folder), "steward": args.steward}

@@ -115,7 +115,7 @@ def backup(folder: Path, out: Path, *, with_secret_key: bool = False) -> dict[st
     Works beside a running writer: it copies the entries whole when it opened the ledger.
     The copy is replayed and verified before this returns; `out` must not exist.
     """
-    from joulepool.pool import open_pool
+    from joulepool.deployment.open import open_pool
 
     if out.exists():
         raise InvalidInput(str(out), "exists; a backup is written to a new folder")
@@ -184,10 +184,10 @@ def _usage_of(pool: Any) -> dict[str, dict[str, int]]:
 def loss(backup_folder: Path, folder: Path) -> tuple[Loss, int, bytes]:
     """What restoring `backup_folder` over the deployment `folder` loses (§6.1), and the
     backup's verified length and head."""
+    from joulepool.deployment.open import open_pool
     from joulepool.events import Admitted
     from joulepool.ledger.cose import open_envelope
     from joulepool.ledger.entry import event_of
-    from joulepool.pool import open_pool
 
     saved = open_pool(backup_folder, read_only=True)
     try:
