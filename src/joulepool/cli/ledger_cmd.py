@@ -196,7 +196,7 @@ def entry_rows(
 
 
 def beside_writer(pid: int) -> str:
-    """What a reader says when a writer held the ledger as it read (issue 16)."""
+    """What a reader says when a writer held the ledger as it read."""
     return (
         f"read beside the running writer (pid {pid}): up to the last whole entry when this "
         "command opened the ledger; later appends are not in this answer"

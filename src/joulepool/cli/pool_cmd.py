@@ -28,7 +28,7 @@ def _open(args: argparse.Namespace, *, read_only: bool = False) -> Pool:
 
 def read_source(pool: Pool) -> dict[str, Any]:
     """Where a read-only command's answer came from: the ledger file, up to which length,
-    and the running writer it was read beside, if any (issue 16: readers beside `pool serve`)."""
+    and the running writer it was read beside, if any (readers beside `pool serve`)."""
     return {
         "ledger": pool.store.name,
         "length": pool.length,
@@ -272,7 +272,7 @@ def usage_rows(pool: Pool, index: int | None = None) -> list[dict[str, Any]]:
 
 
 def usage_table(rows: list[dict[str, Any]], depth: dict[str, int], units: str) -> Any:
-    """`pool usage`'s table: one unit per energy column (issue 17), interior nodes marked Σ
+    """`pool usage`'s table: one unit per energy column, interior nodes marked Σ
     and showing their subtree's totals."""
     from joulepool.units import column
 
@@ -564,7 +564,7 @@ def _attribute(args: argparse.Namespace) -> int:
 
 def energy_flag(text: str) -> int:
     """An energy typed on the command line, with its unit (`4MJ`, `2.5kWh`; a bare number is
-    µJ): exact integer µJ or a one-line refusal (issue 17; `joulepool.units`)."""
+    µJ): exact integer µJ or a one-line refusal (`joulepool.units`)."""
     from joulepool.errors import InvalidInput
     from joulepool.units import parse_energy
 

@@ -1,4 +1,4 @@
-"""What the dashboard at `/ui` shows, as far as a token's scope reaches (issue 18).
+"""What the dashboard at `/ui` shows, as far as a token's scope reaches.
 
 Nothing here decides or recomputes a figure: usage is `usage_report.entitlement_reports`
 (the code path of `pool usage --json` and `GET /v1/entitlements`), the ledger's facts are

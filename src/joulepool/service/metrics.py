@@ -1,4 +1,4 @@
-"""Prometheus metrics of `pool serve` (API.md, Additions; issue 18).
+"""Prometheus metrics of `pool serve` (API.md, Additions).
 
 Prometheus's conventions: base units (joules, seconds; timestamps in seconds since the
 Unix epoch), `_total` counters, one `entitlement` label. The ledger and every decision keep
