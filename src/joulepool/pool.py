@@ -23,8 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from joulepool.admission import Admit, Queue, QueueReason, Verdict, decide
 from joulepool.claim import Claim
@@ -38,11 +37,11 @@ from joulepool.ledger.cose import GENESIS, open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
 from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.replay import replay
 from joulepool.ledger.rollback import HighWater, Mark
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.snapshot import (
-    SnapshotFolder,
     SnapshotRefused,
     Snapshots,
     decode_copy,
@@ -53,11 +52,7 @@ from joulepool.ledger.snapshot import (
 )
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
-from joulepool.stores.claim_index import ReleasedClaims, open_index
 from joulepool.tree import EntitlementUsage, Tree
-
-if TYPE_CHECKING:
-    from joulepool.deployment import Config
 
 log = logging.getLogger("joulepool.pool")
 
@@ -142,6 +137,32 @@ class ReleaseRequest:
 
 Outcome = Decision | Release | PoolError
 """What one operation of `Pool.apply` came to: its result, or the error that refused it."""
+
+
+class Rules(Protocol):
+    """What a deployment's configuration puts in force in a pool (§6.1; DESIGN.md §3): the
+    deployment's `Config` is one, passed whole; `Pool` sits below the deployment shell, so
+    it names only what it reads."""
+
+    @property
+    def tree(self) -> Tree:
+        """The entitlement tree (§2.1)."""
+        ...
+
+    @property
+    def period(self) -> Schedule:
+        """The budget period schedule (DESIGN.md §3)."""
+        ...
+
+    @property
+    def idle(self) -> IdlePolicy:
+        """The idle policy (§2.7)."""
+        ...
+
+    @property
+    def required_evidence(self) -> int:
+        """Released claims a class needs before its estimate is earned (§2.6)."""
+        ...
 
 
 class Batch:
@@ -759,7 +780,7 @@ class Pool:
         self._replayer.extend(raw, event)
         return result, raw
 
-    def reload(self, config: Config, *, before: Callable[[], None] | None = None) -> None:
+    def reload(self, config: Rules, *, before: Callable[[], None] | None = None) -> None:
         """Put a changed `pool.toml` in force: its tree, period schedule, idle policy and
         evidence count; the ledger is kept (§6.1). The steward is checked at the start only.
 
@@ -864,68 +885,3 @@ class Pool:
         if self._claims is not None:
             self._claims.close()
         self.store.close()
-
-
-def open_pool(
-    folder: Path,
-    *,
-    replay_workers: int = 1,
-    progress: Callable[[int], None] | None = None,
-    read_only: bool = False,
-    snapshot_every: int = SNAPSHOT_EVERY,
-    snapshots: bool = True,
-) -> Pool:
-    """Open a deployment folder: its tree, its steward key and its ledger file (§6.1).
-
-    `snapshots=False` replays and verifies the whole ledger, whatever snapshots it has.
-
-    `read_only` opens a reader that needs neither the writer's lock nor the secret key, so
-    it works while `pool serve` runs: it reads the entries whole when it opened (issue 16);
-    `pool.store.writer_pid` names the writer it read beside, if any.
-    """
-    import sys
-
-    from joulepool.deployment import CONFIG, KEY, LEDGER, WITNESSES, read_config
-    from joulepool.steward_keys import deployment_keys, rotate_pending
-    from joulepool.stores.file import FileStore
-    from joulepool.witnesses import kept_marks
-
-    config = read_config(folder / CONFIG)
-    key, keys = deployment_keys(folder, read_only=read_only)
-    if key.kid != config.steward:
-        raise PoolError(
-            f"{folder / KEY}: the key's kid {key.kid!r} is not the steward {config.steward!r} "
-            f"named in {folder / CONFIG}"
-        )
-    marks, problems = kept_marks(folder / WITNESSES, config.steward)
-    for problem in problems:
-        print(f"pool: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
-    # Deferred: a start from a snapshot scans only the entries after it (DESIGN.md §4).
-    store = FileStore(folder / LEDGER, writer=not read_only, deferred=True)
-    try:
-        pool = Pool(
-            config.tree,
-            key,
-            store,
-            idle_policy=config.idle,
-            required_evidence=config.required_evidence,
-            period=config.period,
-            replay_workers=replay_workers,
-            progress=progress,
-            acknowledged=marks,
-            read_only=read_only,
-            keys=keys,
-            snapshots=SnapshotFolder.beside(folder / LEDGER) if snapshots else None,
-            snapshot_every=snapshot_every,
-            claims=open_index(folder / LEDGER, read_only=read_only),
-        )
-    except BaseException:
-        store.close()
-        raise
-    if not read_only:
-        # A key `pool keys rotate` left pending goes into force at the next start.
-        try:
-            rotate_pending(folder, pool)
-        except PoolError as exc:
-            print(f"pool: warning: the pending steward key is not in force: {exc}", file=sys.stderr)
-    return pool

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from joulepool.claim import Claim
-from joulepool.cli.pool_cmd import init_deployment
+from joulepool.deployment.init import init_deployment
+from joulepool.deployment.open import open_pool
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.fold import StateCopy, capture
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rollback import LedgerRolledBack
 from joulepool.ledger.snapshot import SnapshotFolder, encode_state, seal_snapshot
-from joulepool.pool import Pool, open_pool
+from joulepool.pool import Pool
 from joulepool.stores.file import FileStore
 
 EVERY = 8
@@ -371,7 +372,7 @@ def test_s6_4_a_reload_under_another_period_keeps_released_claims_in_the_index(
     """A changed period schedule replays the ledger to regroup it (DESIGN.md §3); which
     claims were released does not change, so they stay in the on-disk index, and claims
     released after the reload reach it too (never a heap set growing again)."""
-    from joulepool.deployment import CONFIG, read_config
+    from joulepool.deployment.config import CONFIG, read_config
     from joulepool.periods import Schedule
 
     folder = deployment(tmp_path)

@@ -43,7 +43,7 @@ _OPTIONAL = (
     "joulepool.cli.pool_cmd",
     "joulepool.cli.demo_cmd",
     "joulepool.cli.serve_cmd",
-    "joulepool.meters.cli",
+    "joulepool.cli.meter_cmd",
     "joulepool.simulate.cli",
     "joulepool.bridges.slurm.cli",
 )
@@ -60,11 +60,11 @@ EXIT_CODES = """exit codes:
 
 Energies are typed with their unit: 4MJ, 2.5kWh, 750J, 123uJ (a bare number is µJ).
 The standard and this project's pages: docs/standard/, docs/design.md, docs/api.md."""
-"""What `pool --help` says of exit codes (issue 17); the README repeats it."""
+"""What `pool --help` says of exit codes; the README repeats it."""
 
 
 class DefaultsShown(argparse.HelpFormatter):
-    """Help that states every default (issue 17): `(default: X)` where the text has none,
+    """Help that states every default: `(default: X)` where the text has none,
     `(X)` at the end of a help text rewritten to `(default: X)`."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pool: {exc.code}: {terminal_safe(str(exc))}", file=sys.stderr)
         return 1
     except OSError as exc:
-        # A path the checks before did not foresee: still one line naming it (issue 17).
+        # A path the checks before did not foresee: still one line naming it.
         from joulepool.cli.output import terminal_safe
 
         where = exc.filename if exc.filename is not None else "pool"

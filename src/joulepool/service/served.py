@@ -19,7 +19,7 @@ from joulepool.service.deps import ApiError
 from joulepool.service.tokens import TokenBook
 
 if TYPE_CHECKING:
-    from joulepool.deployment import Config
+    from joulepool.deployment.config import Config
 
 log = logging.getLogger("joulepool.serve")
 """The service's log: `pool serve` shows the `joulepool` loggers through uvicorn's config."""
@@ -100,7 +100,7 @@ class Service:
         under the commit lock: the other replicas decide nothing until they are reloaded
         with the same file (docs/reliability.md). A reload that changes nothing here
         records nothing, so a routine SIGHUP never overrides the other replicas."""
-        from joulepool.deployment import config_digest
+        from joulepool.deployment.config import config_digest
         from joulepool.stores.postgres import PostgresStore
 
         pool = self.pool

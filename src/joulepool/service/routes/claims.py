@@ -97,7 +97,7 @@ async def release(
 ) -> Response:
     """Record a claim's end, charging its actual figure in place of its reservation (§6.2);
     a figure above the physical ceiling is 422 `implausible_actual` unless overridden."""
-    from joulepool.plausibility import check_release, refusal
+    from joulepool.views.plausibility import check_release, refusal
 
     body = fields(await json_body(request), ("actual",), ("override",))
     actual = Energy.from_json(body["actual"], f"{BODY}.actual")
@@ -153,7 +153,7 @@ def claim_state(
     )
     if state is None:
         raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
-    from joulepool.claims_view import claim_json
+    from joulepool.views.claims import claim_json
 
     out = claim_json(state, shown_id(who.tenant, state.claim))
     return JSONResponse(out)

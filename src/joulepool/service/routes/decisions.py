@@ -15,8 +15,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from joulepool.checks import check_figure, check_text
+from joulepool.conformance.decisions import idle_policy_from_json
+from joulepool.conformance.execute import run_case
 from joulepool.errors import InvalidInput
-from joulepool.execute import idle_policy_from_json, run_case
 from joulepool.service import models as m
 from joulepool.service.body import BODY, documented, fields, json_body
 from joulepool.service.deps import ERRORS, ApiError, principal, require_scope, served

@@ -24,7 +24,7 @@ def entitlements(
     who: Principal = Depends(principal), service: Service = Depends(served)
 ) -> Response:
     """The tree and its usage, as far as the token's scope reaches."""
-    from joulepool.usage_report import entitlement_reports
+    from joulepool.views.usage import entitlement_reports
 
     pool = service.fresh_pool()
     visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
@@ -44,7 +44,7 @@ def entitlement(
     service: Service = Depends(served),
 ) -> Response:
     """One entitlement and its usage in the current budget period, or in `period`."""
-    from joulepool.usage_report import entitlement_reports
+    from joulepool.views.usage import entitlement_reports
 
     pool = visible_entitlement(service, entitlement, who)
     index = None if period is None else pool.schedule.parse_label(period, "period")

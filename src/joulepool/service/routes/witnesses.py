@@ -8,13 +8,13 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from joulepool.checks import check_hex, check_text
+from joulepool.deployment.witnesses import keep_receipt, load_receipts
 from joulepool.ledger.witness import verified_statement
 from joulepool.service import models as m
 from joulepool.service.body import BODY, documented, fields, json_body
 from joulepool.service.deps import ERRORS, ApiError, operator, served
 from joulepool.service.served import Service
 from joulepool.service.tokens import Principal
-from joulepool.witnesses import keep_receipt, load_receipts
 
 router = APIRouter()
 

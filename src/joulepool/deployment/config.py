@@ -52,7 +52,7 @@ class Config:
     period: Schedule = NONE
     max_device_power_w: int | None = None
     """The most one device can draw, W: it bounds a release's actual figure
-    (`joulepool.plausibility`). None: unconfigured, and no physical bound is applied."""
+    (`joulepool.views.plausibility`). None: unconfigured, and no physical bound is applied."""
 
 
 def read_config(path: Path) -> Config:
