@@ -213,6 +213,10 @@ def test_apply_is_decide_then_persist(tmp_path: Path, fail: bool) -> None:
     try:
         (outcome,) = pool.apply([claim("c1")])
         assert isinstance(outcome, StoreError) == fail
+        # A reader sees what was acknowledged; the next decision reads the store again.
+        assert pool.length == (0 if fail else 1)
+        (again,) = pool.apply([claim("c2")])
+        assert isinstance(again, Decision) and again.seq == 1
         same_as_replay(pool)
     finally:
         pool.close()

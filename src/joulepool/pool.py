@@ -712,14 +712,12 @@ class Pool:
         §5). While one waits, no new batch is decided."""
         with self._commit_lock:
             if not self._pending:
-                self._reread_quietly()
                 yield
                 return
             self._readers += 1
             try:
                 while self._pending:
                     self._changed.wait()
-                self._reread_quietly()
                 yield
             finally:
                 self._readers -= 1
@@ -734,7 +732,7 @@ class Pool:
             self._reread = False
         except PoolError as exc:
             # What is folded is still a prefix of the durable ledger; the next decision
-            # tries again, and fails if the store still cannot be read.
+            # tries again, and its append finds what it could not read here.
             log.warning("the ledger could not be read again after a failed append: %s", exc)
 
     def _decide_one(self, op: Claim | ReleaseRequest) -> tuple[Decision | Release, bytes | None]:
