@@ -1,4 +1,4 @@
-"""Hostile input: fuzzing `pool exec`, the HTTP API and the ledger decoder (issue 6).
+"""Hostile input: fuzzing `pool exec`, the HTTP API and the ledger decoder (DESIGN.md §2, §4).
 
 Random and mutated receipts, deep nesting, huge declared lengths, giant integers, random
 JSON and mutated valid cases. Every answer is a typed error or a result: no exception
@@ -439,7 +439,7 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
 for _body in VALID_BODIES.values():
     _body.pop("op", None)
 
-# 413: a body past `pool serve --max-body-bytes` (issue 14), refused before it is parsed.
+# 413: a body past `pool serve --max-body-bytes`, refused before it is parsed.
 HTTP_STATUSES = {200, 401, 403, 404, 405, 409, 413, 422, 503}
 
 

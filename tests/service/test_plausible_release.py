@@ -1,4 +1,4 @@
-"""Issue 17, "physical plausibility of a release" (API.md "Additions"): with
+"""The physical plausibility of a release (API.md "Additions"): with
 `max_device_power_w` configured, an actual figure above devices × ceiling × time since
 admission is refused `implausible_actual` naming the bound, unless an operator overrides it
 (logged); without a ceiling, a figure over 10× its reservation is flagged (HTTP: logged; CLI:
@@ -34,7 +34,7 @@ def claim(claim_id: str, uj: int) -> dict[str, object]:
     }
 
 
-def test_issue17_a_release_above_the_physical_ceiling_is_422_unless_overridden(
+def test_a_release_above_the_physical_ceiling_is_422_unless_overridden(
     tmp_path: Path,
 ) -> None:
     d = Deployment.create(tmp_path / "d")
@@ -60,7 +60,7 @@ def test_issue17_a_release_above_the_physical_ceiling_is_422_unless_overridden(
         serve.kill()
 
 
-def test_issue17_without_a_ceiling_a_figure_over_10x_is_charged_and_flagged(tmp_path: Path) -> None:
+def test_without_a_ceiling_a_figure_over_10x_is_charged_and_flagged(tmp_path: Path) -> None:
     d = Deployment.create(tmp_path / "d")
     serve = start_serve(d.folder)
     try:
@@ -76,7 +76,7 @@ def test_issue17_without_a_ceiling_a_figure_over_10x_is_charged_and_flagged(tmp_
         serve.kill()
 
 
-def test_issue17_cli_release_refuses_implausible_and_takes_override(tmp_path: Path) -> None:
+def test_cli_release_refuses_implausible_and_takes_override(tmp_path: Path) -> None:
     folder = tmp_path / "d"
     assert pool_cli("init", str(folder)).returncode == 0
     assert (
@@ -121,7 +121,7 @@ def test_issue17_cli_release_refuses_implausible_and_takes_override(tmp_path: Pa
     assert r.returncode == 1 and "implausible_actual" in r.stderr and "300 W" in r.stderr
 
 
-def test_issue17_the_ceiling_is_in_the_configuration_digest(tmp_path: Path) -> None:
+def test_the_ceiling_is_in_the_configuration_digest(tmp_path: Path) -> None:
     folder = tmp_path / "d"
     assert pool_cli("init", str(folder)).returncode == 0
     c = read_config(folder / CONFIG)
