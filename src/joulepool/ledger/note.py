@@ -175,10 +175,15 @@ class VerifierKey:
             raise NoteRefused(
                 "verifier key data", f"must be 1 + {ED25519_KEY_SIZE} bytes, not {len(raw)}"
             )
-        try:
-            return cls(name, bytes.fromhex(hash_hex), raw[0], raw[1:])
-        except NoteRefused as exc:
-            raise NoteRefused(f"verifier key {exc.field}", exc.detail) from None
+        if raw[0] not in _ALGORITHMS:
+            raise NoteRefused(
+                "verifier key algorithm", f"0x{raw[0]:02x} is not a supported signature type"
+            )
+        if bytes.fromhex(hash_hex) != key_hash(name, raw[0], raw[1:]):
+            raise NoteRefused(
+                "verifier key hash", "does not match the name, algorithm and public key"
+            )
+        return cls(name, bytes.fromhex(hash_hex), raw[0], raw[1:])
 
     def verify(self, text: bytes, signature: bytes) -> bool:
         """Whether `signature` (the part after the key hash) signs `text` under this key:
