@@ -169,10 +169,7 @@ class CompactRange:
     @classmethod
     def from_leaves(cls, leaves: Iterable[bytes]) -> CompactRange:
         """The range over these leaves, appended in order."""
-        out = cls()
-        for leaf in leaves:
-            out.append(leaf)
-        return out
+        return cls.from_hashes(leaf_hash(leaf) for leaf in leaves)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CompactRange):
