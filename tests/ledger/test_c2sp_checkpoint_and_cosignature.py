@@ -69,6 +69,7 @@ def test_the_steward_signs_under_the_origin_and_the_vkey_opens_it() -> None:
     assert opened.checkpoint == CP
     assert opened.cosigned_by == ()
     assert VerifierKey.parse(VKEY.encode()) == VKEY
+    assert open_checkpoint(NOTE.decode(), VKEY) == opened
 
 
 def test_another_key_cannot_open_it() -> None:

@@ -221,8 +221,23 @@ def test_a_missing_tile_is_named() -> None:
     del tiles["tile/0/001.p/44"]
     reader = TileReader(tiles.__getitem__, 300)
     assert reader.root(256) == root_of(leaves_of(256))
-    with pytest.raises(TileMissing, match=r"tile/0/001\.p/44"):
+    with pytest.raises(TileMissing, match=r"tile/0/001"):
         reader.inclusion_proof(299)
+
+
+def test_a_checkpoint_older_than_the_tiles_reads_full_tiles_where_partials_are_gone() -> None:
+    leaves = leaves_of(600)
+    served = dict(build_tiles(leaves[:300])) | dict(build_tiles(leaves))
+    # The log grew from 300 to 600 and deleted the partials whose full tiles now exist.
+    for path in ["tile/0/001.p/44", "tile/entries/001.p/44"]:
+        del served[path]
+    assert "tile/1/000.p/1" in served
+    reader = TileReader(served.__getitem__, 300)
+    assert reader.root() == root_of(leaves[:300])
+    assert reader.entry(299) == leaves[299]
+    assert verify_inclusion(
+        leaf_hash(leaves[299]), 299, 300, reader.inclusion_proof(299), root_of(leaves[:300])
+    )
 
 
 def test_a_short_tile_is_refused_naming_its_path() -> None:

@@ -165,7 +165,7 @@ def add_signatures(note: bytes, signatures: Sequence[NoteSignature]) -> bytes:
 
 
 def open_checkpoint(
-    note: bytes,
+    note: bytes | str,
     log_key: VerifierKey,
     witnesses: Sequence[VerifierKey] = (),
     *,
@@ -194,4 +194,5 @@ def open_checkpoint(
         for key, sig in opened.verified
         if key.algorithm == ALG_COSIGNATURE_V1
     )
-    return SignedCheckpoint(checkpoint, bytes(note), cosigned)
+    raw = note.encode("utf-8") if isinstance(note, str) else bytes(note)
+    return SignedCheckpoint(checkpoint, raw, cosigned)

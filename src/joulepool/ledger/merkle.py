@@ -97,12 +97,13 @@ class CompactRange:
 
     @property
     def size(self) -> int:
-        """How many leaves the range covers."""
+        """How many leaves the range covers: the tree size n of RFC 9162 §2.1.1."""
         return self._size
 
     @property
     def hashes(self) -> tuple[bytes, ...]:
-        """The perfect subtrees' roots, largest (leftmost) first: one per set bit of size."""
+        """The perfect subtrees' roots (RFC 9162 §2.1.1), largest (leftmost) first: one per
+        set bit of the size."""
         return tuple(self._hashes)
 
     def append_hash(self, leaf_hash_: bytes) -> None:
@@ -134,16 +135,18 @@ class CompactRange:
         return root
 
     def copy(self) -> CompactRange:
-        """An independent range in the same state."""
+        """An independent range in the same state (RFC 9162 §2.1.1 subtrees)."""
         return CompactRange.from_state(self._size, self._hashes)
 
     def state(self) -> tuple[int, tuple[bytes, ...]]:
-        """(size, hashes): what a snapshot keeps; `from_state` reads it back."""
+        """(size, hashes), the RFC 9162 §2.1.1 subtree roots: what a snapshot keeps;
+        `from_state` reads it back."""
         return self._size, tuple(self._hashes)
 
     @classmethod
     def from_state(cls, size: int, hashes: Sequence[bytes]) -> CompactRange:
-        """A range from a kept state, refused unless it has one 32-byte hash per set bit."""
+        """A range from a kept state, refused unless it has one 32-byte hash per set bit of
+        the size, as RFC 9162 §2.1.1's decomposition has."""
         _check_size("size", size)
         if isinstance(hashes, str | bytes) or len(hashes) != size.bit_count():
             raise MerkleRefused(
@@ -160,7 +163,7 @@ class CompactRange:
 
     @classmethod
     def from_hashes(cls, leaf_hashes: Iterable[bytes]) -> CompactRange:
-        """The range over these leaf hashes, appended in order."""
+        """The range over these leaf hashes, appended in order (RFC 9162 §2.1.1)."""
         out = cls()
         for h in leaf_hashes:
             out.append_hash(h)
@@ -168,7 +171,7 @@ class CompactRange:
 
     @classmethod
     def from_leaves(cls, leaves: Iterable[bytes]) -> CompactRange:
-        """The range over these leaves, appended in order."""
+        """The range over these leaves, appended in order (RFC 9162 §2.1.1)."""
         return cls.from_hashes(leaf_hash(leaf) for leaf in leaves)
 
     def __eq__(self, other: object) -> bool:
@@ -201,12 +204,12 @@ class HashLevels:
 
     @classmethod
     def of_leaves(cls, leaves: Iterable[bytes]) -> HashLevels:
-        """The levels over these leaves' hashes."""
+        """The levels over these leaves' hashes (RFC 9162 §2.1.1)."""
         return cls([leaf_hash(leaf) for leaf in leaves])
 
     @property
     def size(self) -> int:
-        """How many leaves."""
+        """How many leaves: the tree size n of RFC 9162 §2.1.1."""
         return len(self.levels[0])
 
     def __call__(self, start: int, end: int) -> bytes:

@@ -221,7 +221,7 @@ class NoteSigner:
             raise NoteRefused("key", f"key {self.key.kid!r} is public only: it cannot sign")
 
     def verifier_key(self) -> VerifierKey:
-        """The verifier key a reader needs to check this signer's notes."""
+        """The verifier key a reader needs to check this signer's notes (c2sp.org/signed-note)."""
         return VerifierKey.ed25519(self.name, self.key.public_key)
 
     def sign(self, text: bytes) -> NoteSignature:

@@ -272,19 +272,27 @@ class TileReader:
             raise TileRefused("index", f"tile {index} is past a tree of {self.size} leaves")
         path = Tile(level, index, width).path()
         try:
-            data = self.fetch(path)
+            data, got = self.fetch(path), width
         except (LookupError, OSError) as exc:
-            raise TileMissing("tile", f"{path} could not be fetched ({exc})") from None
+            if width == TILE_WIDTH:
+                raise TileMissing("tile", f"{path} could not be fetched ({exc})") from None
+            # A log may delete a partial tile once the full one exists; the full tile's
+            # first hashes are the partial's (c2sp.org/tlog-tiles).
+            path = Tile(level, index).path()
+            try:
+                data, got = self.fetch(path), TILE_WIDTH
+            except (LookupError, OSError):
+                raise TileMissing(
+                    "tile", f"{path} (nor its partial) could not be fetched"
+                ) from None
         if not isinstance(data, bytes | bytearray):
             raise TileRefused("tile", f"{path}: fetch returned no bytes")
         try:
-            parsed = (
-                parse_entry_bundle(data, width) if level is None else parse_hash_tile(data, width)
-            )
+            parsed = parse_entry_bundle(data, got) if level is None else parse_hash_tile(data, got)
         except TileRefused as exc:
             raise TileRefused(exc.field, f"{path}: {exc.detail}") from None
-        self._tiles[(level, index)] = parsed
-        return parsed
+        self._tiles[(level, index)] = parsed[:width]
+        return parsed[:width]
 
     def subtree(self, start: int, end: int) -> bytes:
         """The hash of the complete subtree [start, end), from one tile (RFC 9162 §2.1.1)."""
@@ -324,7 +332,7 @@ class TileReader:
         return consistency_proof(old_size, new_size, self.subtree)
 
     def leaf_hash(self, index: int) -> bytes:
-        """Leaf `index`'s hash, from its level-0 tile."""
+        """Leaf `index`'s hash, from its level-0 tile (c2sp.org/tlog-tiles)."""
         return self.subtree(index, index + 1)
 
     def entry(self, index: int) -> bytes:
