@@ -179,8 +179,8 @@ class CompactRange:
             return NotImplemented
         return self.state() == other.state()
 
-    def __hash__(self) -> int:
-        return hash(self.state())
+    # It grows in place, so it is never a dict key.
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"CompactRange(size={self._size}, root={self.root().hex()})"
