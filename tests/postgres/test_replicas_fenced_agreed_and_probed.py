@@ -14,7 +14,7 @@ and a readiness probe that sees the database.
 - `/readyz` said ready while PostgreSQL was down or unreachable: now a bounded round trip.
 
 Real `pool serve` processes, a real PostgreSQL server (tests/pg.py); nothing mocked.
-Store-level counterparts: tests/stores/test_postgres_store.py.
+Store-level counterparts: tests/postgres/test_store.py.
 """
 
 from __future__ import annotations
