@@ -1,5 +1,5 @@
 """PostgreSQL restarted, crashed, unreachable or cut off mid-append, through `pool serve`
-(issue 6, DESIGN.md §6).
+(DESIGN.md §6).
 
 A client gets an error or a verdict whose entry is committed, never a verdict that is not;
 no entry is written twice; each replica recovers by itself, with no restart. A real server
