@@ -39,7 +39,7 @@ class MemoryStore:
 
     @property
     def writer_pid(self) -> int | None:
-        """None: no reader runs beside another process's writer here."""
+        """None: no reader runs beside another process's writer here (DESIGN.md §6)."""
         return None
 
     def ready(self) -> int:

@@ -96,7 +96,8 @@ class Link:
         self.conn: Conn | None = None
 
     def get(self) -> tuple[Conn, bool]:
-        """The connection, and whether it was opened just now (a stale one may be retried)."""
+        """The connection, and whether it was opened just now (a stale one may be retried;
+        DESIGN.md §6)."""
         conn = self.conn
         if not lost(conn):
             assert conn is not None
@@ -106,7 +107,8 @@ class Link:
         return self.conn, True
 
     def drop(self) -> None:
-        """Close and forget the connection; the server rolls back anything it left open."""
+        """Close and forget the connection; the server rolls back anything it left open
+        (DESIGN.md §6)."""
         conn, self.conn = self.conn, None
         if conn is not None:
             # Closing a broken connection can fail; it is discarded either way.

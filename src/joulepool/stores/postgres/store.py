@@ -401,7 +401,8 @@ class PostgresStore:
 
     @property
     def writer_pid(self) -> int | None:
-        """None: a reader sees only committed entries, never a writer's append in flight."""
+        """None: a reader sees only committed entries, never a writer's append in flight
+        (DESIGN.md §6)."""
         return None
 
     def ready(self) -> int:
