@@ -275,3 +275,18 @@ def test_a_changed_byte_of_a_signed_note_never_verifies_silently(data: st.DataOb
     changed = note[:at] + bytes([value]) + note[at + 1 :]
     with pytest.raises(NoteRefused):
         open_note(changed, [ALICE_SIGNER.verifier_key()])
+
+
+note_texts = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0xD7FF) | st.just("\n"), max_size=200
+).map(lambda t: t + "\n")
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(note_texts)
+def test_every_text_signed_opens_as_itself(text: str) -> None:
+    note = sign_note(text, [ALICE_SIGNER, BOB_SIGNER])
+    opened = open_note(note, [BOB_SIGNER.verifier_key()])
+    assert opened.text == text
+    assert [s.name for s in opened.unverified] == ["example.com/alice"]
+    assert parse_note(note).encode() == note

@@ -305,3 +305,25 @@ def test_any_tree_read_back_from_its_tiles_proves_what_the_tree_proves(
 )
 def test_every_entry_the_ledger_seals_fits_an_entry_bundle() -> None:
     assert LONGEST_SEALED <= MAX_ENTRY_BYTES
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    level=st.one_of(st.none(), st.integers(min_value=0, max_value=63)),
+    index=st.integers(min_value=0, max_value=2**64 - 1),
+    width=st.integers(min_value=1, max_value=256),
+)
+def test_every_tile_path_reads_back_as_its_tile(level: int | None, index: int, width: int) -> None:
+    tile = Tile(level, index, width)
+    assert Tile.parse(tile.path()) == tile
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.text(alphabet="tile/entrsx0123456789.p", max_size=40))
+def test_arbitrary_paths_read_as_their_one_encoding_or_are_refused(path: str) -> None:
+    try:
+        tile = Tile.parse(path)
+    except TileRefused as exc:
+        assert exc.field
+    else:
+        assert tile.path() == path
