@@ -22,6 +22,7 @@ from joulepool.ledger.note import (
     MAX_NOTE_BYTES,
     MAX_SIGNATURES,
     NoteRefused,
+    NoteSignature,
     NoteSignatureInvalid,
     NoteSigner,
     NoteUnverified,
@@ -290,3 +291,13 @@ def test_every_text_signed_opens_as_itself(text: str) -> None:
     assert opened.text == text
     assert [s.name for s in opened.unverified] == ["example.com/alice"]
     assert parse_note(note).encode() == note
+
+
+def test_a_small_order_key_verifies_no_note_not_even_the_identity_forgery() -> None:
+    # Under the identity point, R = identity and S = 0 satisfy the bare Ed25519 equation for
+    # every message; libsodium refuses small-order keys, so such a key opens nothing.
+    identity = bytes([1]) + bytes(31)
+    key = VerifierKey.ed25519("example.com/weak", identity)
+    line = NoteSignature(key.name, key.key_hash, bytes([1]) + bytes(63)).line()
+    with pytest.raises(NoteSignatureInvalid):
+        open_note(("hello\n\n" + line).encode(), [key])
