@@ -297,12 +297,6 @@ def test_any_tree_read_back_from_its_tiles_proves_what_the_tree_proves(
     assert reader.entry(index) == leaves[index]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ledger/sequence.py seals entries up to LONGEST_SEALED = 65,536 bytes, one more "
-    "than an entry bundle's uint16 length holds (DESIGN.md §8: hold the seal limit there); "
-    "the wiring of the tree into Pool lowers it to MAX_ENTRY_BYTES",
-)
 def test_every_entry_the_ledger_seals_fits_an_entry_bundle() -> None:
     assert LONGEST_SEALED <= MAX_ENTRY_BYTES
 
