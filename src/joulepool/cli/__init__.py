@@ -21,7 +21,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 def _registrars() -> list[Registrar]:
     from joulepool.cli import conformance_cmd, exec_cmd
 
-    found: list[Registrar] = [exec_cmd.register, conformance_cmd.register]
+    found: list[Registrar] = [exec_cmd.register, conformance_cmd.register, _register_simulate]
     for module in _OPTIONAL:
         try:
             mod = __import__(module, fromlist=["register"])
@@ -44,9 +44,25 @@ _OPTIONAL = (
     "joulepool.cli.demo_cmd",
     "joulepool.cli.serve_cmd",
     "joulepool.meters.cli",
-    "joulepool.simulate.cli",
     "joulepool.bridges.slurm.cli",
 )
+
+
+def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    # Only its line in `pool --help`: `main` hands `pool simulate ...` whole to joulepool-sim,
+    # whose own parser reads the arguments, so none of it is imported to build this parser.
+    p = sub.add_parser(
+        "simulate",
+        help="replay cluster traces under pool/1 and three baselines (needs joulepool-sim)",
+        add_help=False,
+    )
+    p.set_defaults(handler=lambda _args: _simulate([]))
+
+
+def _simulate(argv: Sequence[str]) -> int:
+    from joulepool.extras import SIM_INSTALL, plugin_command
+
+    return plugin_command("simulate", "joulepool-sim", SIM_INSTALL)(argv)
 
 
 EXIT_CODES = """exit codes:
@@ -60,11 +76,11 @@ EXIT_CODES = """exit codes:
 
 Energies are typed with their unit: 4MJ, 2.5kWh, 750J, 123uJ (a bare number is µJ).
 The standard and this project's pages: docs/standard/, docs/design.md, docs/api.md."""
-"""What `pool --help` says of exit codes (issue 17); the README repeats it."""
+"""What `pool --help` says of exit codes; the README repeats it."""
 
 
 class DefaultsShown(argparse.HelpFormatter):
-    """Help that states every default (issue 17): `(default: X)` where the text has none,
+    """Help that states every default: `(default: X)` where the text has none,
     `(X)` at the end of a help text rewritten to `(default: X)`."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
@@ -86,12 +102,13 @@ class DefaultsShown(argparse.HelpFormatter):
         return f"{text} (default: {shown})".lstrip()
 
 
-def _show_defaults(parser: argparse.ArgumentParser) -> None:
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Make `parser` and every subcommand's help state each option's default (DESIGN.md §5)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 sub.formatter_class = DefaultsShown
-                _show_defaults(sub)
+                show_defaults(sub)
         elif action.help is None and action.default not in (None, False, [], argparse.SUPPRESS):
             # argparse prints nothing for an option without help, not even its default.
             action.help = "(default: %(default)s)"
@@ -109,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in _registrars():
         register(sub)
-    _show_defaults(parser)
+    show_defaults(parser)
     return parser
 
 
@@ -121,10 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from joulepool.cli.exec_cmd import run_exec
 
         return run_exec()
-    parser = build_parser()
-    args = parser.parse_args(args_list)
-    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        if args_list[:1] == ["simulate"]:
+            return _simulate(args_list[1:])
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except PoolError as exc:
         from joulepool.cli.output import terminal_safe
@@ -132,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pool: {exc.code}: {terminal_safe(str(exc))}", file=sys.stderr)
         return 1
     except OSError as exc:
-        # A path the checks before did not foresee: still one line naming it (issue 17).
+        # A path the checks before did not foresee: still one line naming it.
         from joulepool.cli.output import terminal_safe
 
         where = exc.filename if exc.filename is not None else "pool"

@@ -380,7 +380,7 @@ def entry_rows(
 
 
 def beside_writer(pid: int) -> str:
-    """What a reader says when a writer held the ledger as it read (issue 16)."""
+    """What a reader says when a writer held the ledger as it read (§6.1)."""
     return (
         f"read beside the running writer (pid {pid}): up to the last whole entry when this "
         "command opened the ledger; later appends are not in this answer"
@@ -521,6 +521,9 @@ def _acknowledge(args: argparse.Namespace) -> int:
 
     store: Store
     if args.postgres:
+        from joulepool.extras import require
+
+        require("postgres", "pool ledger acknowledge --postgres")
         from joulepool.stores.postgres import PostgresStore
 
         if not args.ledger or not args.key:
@@ -640,6 +643,9 @@ def _export(args: argparse.Namespace) -> int:
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; use it with --postgres DSN")
     if args.postgres:
+        from joulepool.extras import require
+
+        require("postgres", "pool ledger export --postgres")
         from joulepool.stores.postgres import PostgresStore
 
         if not args.ledger:

@@ -193,6 +193,12 @@ def _tune_collector(service: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from joulepool.extras import require
+
+    # Before anything is opened: a missing extra is one line naming it, and nothing else.
+    require("serve", "pool serve")
+    if args.postgres:
+        require("postgres", "pool serve --postgres")
     import uvicorn
 
     from joulepool.cli.paths import deployment_dir
