@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.servers import start_serve, wait_ready
 
-from joulepool.deployment import write_config
+from joulepool.deployment.config import write_config
+from joulepool.deployment.open import open_pool
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.keys import write_key_file
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.snapshot import STATE_LAYOUT
-from joulepool.pool import open_pool
 from joulepool.service.tokens import add_token
 from joulepool.stores.file import FileStore
 from joulepool.stores.highwater import HighWaterFile, record_path

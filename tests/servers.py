@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import CONFIG, TOKENS, read_config
+from joulepool.deployment.config import CONFIG, TOKENS, read_config
+from joulepool.deployment.init import init_deployment
 from joulepool.service.tokens import add_token
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from joulepool.execute import exec_bytes
+from joulepool.conformance.execute import exec_bytes
 
 TREE = {
     "entitlements": [

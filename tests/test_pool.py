@@ -11,13 +11,14 @@ import pytest
 
 from joulepool.admission import Admit, Queue, QueueReason
 from joulepool.claim import Claim
-from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import CONFIG, LEDGER, parse_tree, read_config
+from joulepool.deployment.config import CONFIG, LEDGER, parse_tree, read_config
+from joulepool.deployment.init import init_deployment
+from joulepool.deployment.open import open_pool
 from joulepool.errors import ClaimError, InvalidTree
 from joulepool.estimate import Derived
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.replay import replay
-from joulepool.pool import Decision, Pool, Release, ReleaseRequest, open_pool
+from joulepool.pool import Decision, Pool, Release, ReleaseRequest
 from joulepool.stores.file import FileStore
 from joulepool.stores.memory import MemoryStore
 from tests.builders import team_tree

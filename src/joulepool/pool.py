@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from joulepool.admission import Admit, Queue, QueueReason, Verdict, decide
@@ -35,11 +34,11 @@ from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
 from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.replay import replay
 from joulepool.ledger.rollback import HighWater, Mark
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.snapshot import (
-    SnapshotFolder,
     SnapshotRefused,
     Snapshots,
     decode_copy,
@@ -50,7 +49,6 @@ from joulepool.ledger.snapshot import (
 )
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
-from joulepool.stores.claim_index import ReleasedClaims, open_index
 from joulepool.tree import EntitlementUsage, Tree
 
 log = logging.getLogger("joulepool.pool")
@@ -733,68 +731,3 @@ class Pool:
         if self._claims is not None:
             self._claims.close()
         self.store.close()
-
-
-def open_pool(
-    folder: Path,
-    *,
-    replay_workers: int = 1,
-    progress: Callable[[int], None] | None = None,
-    read_only: bool = False,
-    snapshot_every: int = SNAPSHOT_EVERY,
-    snapshots: bool = True,
-) -> Pool:
-    """Open a deployment folder: its tree, its steward key and its ledger file (§6.1).
-
-    `snapshots=False` replays and verifies the whole ledger, whatever snapshots it has.
-
-    `read_only` opens a reader that needs neither the writer's lock nor the secret key, so
-    it works while `pool serve` runs: it reads the entries whole when it opened (issue 16);
-    `pool.store.writer_pid` names the writer it read beside, if any.
-    """
-    import sys
-
-    from joulepool.deployment import CONFIG, KEY, LEDGER, WITNESSES, read_config
-    from joulepool.steward_keys import deployment_keys, rotate_pending
-    from joulepool.stores.file import FileStore
-    from joulepool.witnesses import kept_marks
-
-    config = read_config(folder / CONFIG)
-    key, keys = deployment_keys(folder, read_only=read_only)
-    if key.kid != config.steward:
-        raise PoolError(
-            f"{folder / KEY}: the key's kid {key.kid!r} is not the steward {config.steward!r} "
-            f"named in {folder / CONFIG}"
-        )
-    marks, problems = kept_marks(folder / WITNESSES, config.steward)
-    for problem in problems:
-        print(f"pool: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
-    # Deferred: a start from a snapshot scans only the entries after it (DESIGN.md §4).
-    store = FileStore(folder / LEDGER, writer=not read_only, deferred=True)
-    try:
-        pool = Pool(
-            config.tree,
-            key,
-            store,
-            idle_policy=config.idle,
-            required_evidence=config.required_evidence,
-            period=config.period,
-            replay_workers=replay_workers,
-            progress=progress,
-            acknowledged=marks,
-            read_only=read_only,
-            keys=keys,
-            snapshots=SnapshotFolder.beside(folder / LEDGER) if snapshots else None,
-            snapshot_every=snapshot_every,
-            claims=open_index(folder / LEDGER, read_only=read_only),
-        )
-    except BaseException:
-        store.close()
-        raise
-    if not read_only:
-        # A key `pool keys rotate` left pending goes into force at the next start.
-        try:
-            rotate_pending(folder, pool)
-        except PoolError as exc:
-            print(f"pool: warning: the pending steward key is not in force: {exc}", file=sys.stderr)
-    return pool

@@ -1,4 +1,4 @@
-"""Energy as people type and read it: `4MJ`, `2.5kWh`, `750J`, `123uj` (issue 17).
+"""Energy as people type and read it: `4MJ`, `2.5kWh`, `750J`, `123uj`.
 
 Inside joulepool every energy is an integer of microjoules (DESIGN.md §2). This module is
 the one place where a person's spelling becomes that integer, exactly, and where an integer
@@ -71,7 +71,7 @@ _FIGURE = re.compile(r"(?P<number>[0-9][0-9_]*(?:\.[0-9][0-9_]*)?)\s*(?P<unit>[^
 
 
 def parse_energy(text: str, where: str, *, bare: str = "uJ") -> int:
-    """`text` as an exact integer of µJ (DESIGN.md §2; issue 17, "energy typed with units").
+    """`text` as an exact integer of µJ (DESIGN.md §2; "energy typed with units").
 
     `4MJ`, `2.5 kWh`, `750J`, `123uj`, `1_000 J`; a bare number is in `bare` (µJ, so the
     integers every `--...-uj` flag took keep their meaning). Refused with `InvalidInput`
@@ -115,7 +115,7 @@ UNIT_CHOICES = ("auto", "kwh", "j", "uj")
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One unit for a whole column of figures, so they compare at a glance (issue 17)."""
+    """One unit for a whole column of figures, so they compare at a glance."""
 
     unit: str
     places: int

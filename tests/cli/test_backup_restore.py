@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from joulepool.cli.pool_cmd import init_deployment
+from joulepool.deployment.init import init_deployment
 from tests.servers import pool_cli
 
 MJ = 1_000_000_000_000
@@ -102,9 +102,9 @@ def test_s6_4_a_backup_carries_the_claim_index_so_a_restore_starts_from_its_snap
     """Issue 16: a restored deployment starts from its newest snapshot (it needs the claim
     index for that), while the backup itself is still verified by a replay from entry 0."""
     from joulepool.claim import Claim
+    from joulepool.deployment.open import open_pool
     from joulepool.grade import Energy, Grade
     from joulepool.ledger.snapshot import SnapshotFolder
-    from joulepool.pool import open_pool
     from joulepool.stores.claim_index import ClaimIndex, index_path
 
     folder = tmp_path / "dep"

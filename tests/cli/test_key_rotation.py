@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from joulepool.cli.pool_cmd import init_deployment
+from joulepool.deployment.init import init_deployment
 from joulepool.ledger.keys import load_key_file, write_key_file
 from tests.servers import Deployment, pool_cli, start_serve
 

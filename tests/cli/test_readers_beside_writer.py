@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from joulepool.deployment import LEDGER
+from joulepool.deployment.config import LEDGER
 from tests.servers import Deployment, pool_cli, start_serve
 
 MJ = 1_000_000_000_000

@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-import joulepool.ledger.operations  # noqa: F401  (registers pool exec's ledger operations)
 from joulepool.admission import Admit, Queue
 from joulepool.claim import Claim
-from joulepool.deployment import CONFIG, parse_config, read_config
+from joulepool.conformance.execute import run_case
+from joulepool.deployment.config import CONFIG, parse_config, read_config
 from joulepool.errors import InvalidInput
-from joulepool.execute import run_case
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import event_of

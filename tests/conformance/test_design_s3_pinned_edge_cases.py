@@ -20,7 +20,9 @@ import pytest
 from joulepool.admission import Admit
 from joulepool.claim import Claim
 from joulepool.cli import main
-from joulepool.cli.pool_cmd import init_deployment
+from joulepool.conformance.ledger_ops import replay_bytes, split_ledger
+from joulepool.deployment.init import init_deployment
+from joulepool.deployment.witnesses import KeptReceipt, attestation
 from joulepool.errors import InvalidInput, InvalidTree, LedgerRefused
 from joulepool.estimate import Declined, DeclineReason, Derived
 from joulepool.events import event_from_json
@@ -28,7 +30,6 @@ from joulepool.grade import Energy
 from joulepool.ledger.cbor import CborRefused
 from joulepool.ledger.cose import GENESIS, content_address, open_envelope
 from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
-from joulepool.ledger.operations import replay_bytes, split_ledger
 from joulepool.ledger.witness import (
     Attestation,
     AttestationReport,
@@ -40,7 +41,6 @@ from joulepool.pool import Pool
 from joulepool.preemption import Workload, preemption_order
 from joulepool.stores.memory import MemoryStore
 from joulepool.tree import Entitlement, Tree
-from joulepool.witnesses import KeptReceipt, attestation
 from tests.builders import H, claim, ent, team_tree
 from tests.ledgers import STEWARD, WITNESS, admitted, seal_all
 from tests.reliability.support import claim as claim_json

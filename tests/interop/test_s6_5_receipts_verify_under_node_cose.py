@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pytest
 
+from joulepool.conformance.ledger_ops import replay_bytes
 from joulepool.errors import LedgerRefused
 from joulepool.ledger.cbor import MALFORMED, encode
 from joulepool.ledger.cose import (
     ALG_EDDSA,
     open_envelope,
 )
-from joulepool.ledger.operations import replay_bytes
 from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger, signed_elsewhere, tampered
 from tests.interop.tools import NodeCose
 from tests.ledgers import OTHER, STEWARD

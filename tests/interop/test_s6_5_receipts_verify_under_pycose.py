@@ -18,6 +18,7 @@ import cbor2
 import pytest
 from nacl.signing import VerifyKey
 
+from joulepool.conformance.ledger_ops import replay_bytes
 from joulepool.errors import LedgerRefused
 from joulepool.ledger.cbor import NON_CANONICAL, CborRefused, decode_strict, encode
 from joulepool.ledger.cose import (
@@ -28,7 +29,6 @@ from joulepool.ledger.cose import (
     sig_structure,
     verify_signature,
 )
-from joulepool.ledger.operations import replay_bytes
 from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger, signed_elsewhere, tampered
 from tests.interop.tools import Pycose
 from tests.ledgers import OTHER, STEWARD

@@ -41,17 +41,16 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-import joulepool.ledger.operations  # noqa: F401 (registers the ledger ops of `pool exec`)
 from joulepool.cli import main
+from joulepool.conformance.execute import exec_bytes, run_case
+from joulepool.conformance.ledger_ops import replay_bytes, split_ledger
 from joulepool.errors import LedgerRefused, StoreError
 from joulepool.events import Event
-from joulepool.execute import exec_bytes, run_case
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.cbor import CborRefused, decode_strict
 from joulepool.ledger.cose import open_envelope, protected_header
 from joulepool.ledger.entry import event_of
 from joulepool.ledger.keys import write_key_file
-from joulepool.ledger.operations import replay_bytes, split_ledger
 from joulepool.ledger.replay import BATCH, Replayer, replay
 from joulepool.ledger.witness import AttestationReport, check_witness
 from joulepool.pool import Pool

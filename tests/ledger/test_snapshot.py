@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from joulepool.claim import Claim
-from joulepool.cli.pool_cmd import init_deployment
+from joulepool.deployment.init import init_deployment
+from joulepool.deployment.open import open_pool
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.fold import StateCopy, capture
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rollback import LedgerRolledBack
 from joulepool.ledger.snapshot import SnapshotFolder, encode_state, seal_snapshot
-from joulepool.pool import Pool, open_pool
+from joulepool.pool import Pool
 from joulepool.stores.file import FileStore
 
 EVERY = 8

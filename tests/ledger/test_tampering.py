@@ -9,9 +9,9 @@ from itertools import combinations
 
 import pytest
 
+from joulepool.conformance.ledger_ops import replay_bytes, split_ledger
 from joulepool.errors import LedgerRefused
 from joulepool.ledger.cose import GENESIS, content_address
-from joulepool.ledger.operations import replay_bytes, split_ledger
 from joulepool.ledger.witness import WitnessError, check_witness, sign_witness
 from tests.ledgers import STEWARD, WITNESS, twenty
 

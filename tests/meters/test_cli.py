@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 import pytest
 from prometheus_client import CollectorRegistry
 
+from joulepool.cli.meter_cmd import format_uw, register
 from joulepool.errors import PoolError
 from joulepool.meters import DCGM_ENERGY
-from joulepool.meters.cli import format_uw, register
 from tests.meters.conftest import CounterFamily, PowercapTree, ServeRegistry
 
 

@@ -263,7 +263,7 @@ def roomy(deployment_folder: Path, devices: int = 64) -> Tree:
     The example tree runs out of energy after a few dozen claims, after which every claim
     queues and nothing is written: a fault would then meet an idle ledger.
     """
-    from joulepool.deployment import CONFIG, read_config, write_config
+    from joulepool.deployment.config import CONFIG, read_config, write_config
     from joulepool.tree import Entitlement
 
     config = read_config(deployment_folder / CONFIG)

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from joulepool.deployment import CONFIG, KEY, LEDGER, read_config
+from joulepool.deployment.config import CONFIG, KEY, LEDGER, read_config
 from joulepool.events import Admitted
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.cose import GENESIS, content_address, seal
@@ -148,7 +148,7 @@ def test_sigkill_under_load_loses_nothing_a_client_was_told(tmp_path: Path) -> N
                 raw = ops.get("/v1/ledger/entries").content
                 reported = ops.get("/v1/entitlements").json()["entitlements"]
                 ledger = ops.get("/v1/ledger").json()
-            from joulepool.ledger.operations import split_ledger
+            from joulepool.conformance.ledger_ops import split_ledger
 
             entries, tail = split_ledger(raw)
             assert tail is None

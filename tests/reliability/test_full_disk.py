@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from joulepool.deployment import LEDGER
+from joulepool.conformance.ledger_ops import split_ledger
+from joulepool.deployment.config import LEDGER
 from joulepool.ledger.keys import load_key_file
-from joulepool.ledger.operations import split_ledger
 from joulepool.stores.file import FileStore
 from tests.disks import fill, tmpfs
 from tests.reliability.support import MJ, Figures, Told, audit, claim, roomy, usage_matches
@@ -167,7 +167,7 @@ def test_a_full_disk_refuses_admissions_damages_nothing_and_recovers_without_res
 def test_s6_7_keeping_a_witness_receipt_on_a_full_disk_is_503_disk_full_and_breaks_nothing(
     small_disk: Path,
 ) -> None:
-    from joulepool.deployment import WITNESSES
+    from joulepool.deployment.config import WITNESSES
     from joulepool.ledger.keys import KeyPair
     from joulepool.ledger.witness import sign_witness
 

@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from joulepool.admission import Admit
+from joulepool.conformance.execute import exec_bytes
+from joulepool.conformance.ledger_ops import replay_bytes
 from joulepool.errors import ClaimError, InvalidInput, LedgerRefused
-from joulepool.execute import exec_bytes
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.cbor import CborRefused, decode_strict
 from joulepool.ledger.cose import open_envelope
-from joulepool.ledger.operations import replay_bytes
 from joulepool.ledger.replay import replay
 from joulepool.pool import Pool
 from joulepool.stores.file import create

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from joulepool.deployment import KEY, LEDGER, PUBLIC_KEY
+from joulepool.deployment.config import KEY, LEDGER, PUBLIC_KEY
 from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
 from tests.reliability.support import Figures, claim
 from tests.servers import Deployment, Serve, pool_cli, start_serve

@@ -24,7 +24,7 @@ import pytest
 from joulepool.bridges.slurm.config import BridgeConfigError, read_bridge_config
 from joulepool.claim import Claim
 from joulepool.claim_id import MAX_CLAIM_ID_BYTES, check_claim_id, printable
-from joulepool.deployment import EXAMPLE_TREE
+from joulepool.deployment.config import EXAMPLE_TREE
 from joulepool.errors import InvalidInput
 from joulepool.events import Event
 from joulepool.grade import Energy, Grade

@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from joulepool.deployment import CONFIG, config_digest, read_config, write_config
+from joulepool.deployment.config import CONFIG, config_digest, read_config, write_config
 from joulepool.ledger.keys import load_key_file
 from joulepool.stores.postgres import PostgresStore
 from joulepool.tree import Entitlement, Tree

@@ -25,10 +25,10 @@ import cbor2
 import httpx
 import pytest
 
-from joulepool.deployment import LEDGER
+from joulepool.conformance.ledger_ops import split_ledger
+from joulepool.deployment.config import LEDGER
 from joulepool.errors import DiskFull
 from joulepool.ledger.keys import load_key_file
-from joulepool.ledger.operations import split_ledger
 from joulepool.stores.file import MIN_FREE_BYTES, FileStore, create
 from tests.disks import fill, tmpfs
 from tests.reliability.support import Figures, Told, audit, claim, roomy

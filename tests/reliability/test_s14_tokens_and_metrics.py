@@ -25,7 +25,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from joulepool.deployment import CONFIG, TOKENS, read_config, write_config
+from joulepool.deployment.config import CONFIG, TOKENS, read_config, write_config
 from joulepool.tree import Tree
 from tests.reliability.support import TEAMS, Figures, claim
 from tests.servers import Deployment, Serve, pool_cli, serving, sighup, start_serve

@@ -18,16 +18,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import LEDGER, WITNESSES
+from joulepool.deployment.config import LEDGER, WITNESSES
+from joulepool.deployment.init import init_deployment
+from joulepool.deployment.open import open_pool
+from joulepool.deployment.witnesses import keep_receipt
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rollback import HighWaterMissing, HighWaterUnreadable, LedgerRolledBack
 from joulepool.ledger.witness import sign_witness
-from joulepool.pool import Pool, open_pool
+from joulepool.pool import Pool
 from joulepool.stores.base import head_at
 from joulepool.stores.highwater import SLOT, record_path
-from joulepool.witnesses import keep_receipt
 from tests.builders import claim
 from tests.reliability.support import Figures
 from tests.reliability.support import claim as claim_json

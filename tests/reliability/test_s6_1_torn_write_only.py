@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from joulepool.cli.pool_cmd import init_deployment
-from joulepool.deployment import LEDGER, PUBLIC_KEY
+from joulepool.deployment.config import LEDGER, PUBLIC_KEY
+from joulepool.deployment.init import init_deployment
+from joulepool.deployment.open import open_pool
 from joulepool.errors import LedgerRefused, PoolError, StoreError
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.replay import Replayer, replay
-from joulepool.pool import open_pool
 from joulepool.stores.file import CorruptLedger, FileStore, recover
 from joulepool.stores.highwater import record_path
 from tests.builders import claim

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from joulepool.conformance.ledger_ops import replay_bytes
 from joulepool.ledger.keys import KeyPair, load_key_file
-from joulepool.ledger.operations import replay_bytes
 from joulepool.ledger.witness import sign_witness
 from tests.servers import Deployment, Serve, start_serve
 

@@ -31,10 +31,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from joulepool.claim import Claim
+from joulepool.deployment.open import open_pool
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.witness import sign_witness
-from joulepool.pool import open_pool
 from tests.browser import INSTALL_HINT, Chromium, Page, chromium_binary
 from tests.servers import Deployment, Serve, pool_cli, start_serve
 

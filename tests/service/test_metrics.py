@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from joulepool.claim import Claim
+from joulepool.deployment.open import open_pool
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.witness import sign_witness
-from joulepool.pool import open_pool
 from joulepool.service.metrics import USAGE_GAUGES, exported_names
 from tests.servers import Deployment, Serve, pool_cli, serving, start_serve
 
@@ -122,8 +122,8 @@ def test_issue18_period_and_ledger_figures_equal_the_api(served: tuple[Deploymen
     assert families["pool_period_start_timestamp_seconds"][0].value == period["start_ms"] / 1000
     assert families["pool_period_end_timestamp_seconds"][0].value == period["end_ms"] / 1000
     assert families["pool_ledger_length"][0].value == ledger["length"] == 5  # 4 admits, 1 release
+    from joulepool.conformance.ledger_ops import split_ledger
     from joulepool.ledger.cose import open_envelope
-    from joulepool.ledger.operations import split_ledger
 
     raw, damage = split_ledger(entries)
     assert damage is None

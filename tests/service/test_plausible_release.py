@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from joulepool.deployment import CONFIG, config_digest, read_config
-from joulepool.plausibility import physical_bound_uj
+from joulepool.deployment.config import CONFIG, config_digest, read_config
+from joulepool.views.plausibility import physical_bound_uj
 from tests.servers import Deployment, pool_cli, start_serve
 
 MJ = 10**12

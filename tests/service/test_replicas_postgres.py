@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from joulepool.deployment import CONFIG, read_config
+from joulepool.conformance.ledger_ops import split_ledger
+from joulepool.deployment.config import CONFIG, read_config
 from joulepool.ledger.keys import load_key_file
-from joulepool.ledger.operations import split_ledger
 from tests.pg import pg_dsn, pg_ledger, pg_server
 from tests.servers import Deployment, Serve, pool_cli, start_serve
 from tests.service.load import check_ledger, drive

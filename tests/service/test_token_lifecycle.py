@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from joulepool.deployment import CONFIG, TOKENS, read_config
+from joulepool.deployment.config import CONFIG, TOKENS, read_config
 from joulepool.errors import InvalidInput, InvalidTokens
 from joulepool.service.tokens import TokenBook, TokenEntry, parse_expiry, read_tokens
 from tests.servers import Deployment, pool_cli, start_serve

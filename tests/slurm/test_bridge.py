@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from joulepool.deployment import MJ
+from joulepool.deployment.config import MJ
 from tests.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of, summary_ms
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]

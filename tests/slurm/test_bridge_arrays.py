@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from joulepool.bridges.slurm.jobs import job_energy, run_slurm
-from joulepool.deployment import MJ
+from joulepool.deployment.config import MJ
 from tests.slurm.bridge import Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from joulepool.deployment import MJ
+from joulepool.deployment.config import MJ
 from joulepool.pool import wall_clock_ms
 from tests.slurm.bridge import Bridge, note_of, start_bridge
 

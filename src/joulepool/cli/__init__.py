@@ -43,7 +43,7 @@ _OPTIONAL = (
     "joulepool.cli.pool_cmd",
     "joulepool.cli.demo_cmd",
     "joulepool.cli.serve_cmd",
-    "joulepool.meters.cli",
+    "joulepool.cli.meter_cmd",
     "joulepool.bridges.slurm.cli",
 )
 

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import json
 from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> int:
-    from joulepool.conformance import iter_failures, load_vectors, run_vectors
+    from joulepool.conformance.runner import iter_failures, load_vectors, run_vectors
 
-    with contextlib.suppress(ImportError):  # the ledger operations register themselves
-        importlib.import_module("joulepool.ledger.operations")
     vectors = load_vectors(Path(args.dir))
     if not vectors:
         from joulepool.errors import InvalidInput

@@ -51,8 +51,8 @@ class _Demo:
         class_: str | None = None,
     ) -> str:
         from joulepool.claim import Claim
-        from joulepool.explain import explain, renewal
         from joulepool.grade import Energy, Grade
+        from joulepool.views.explain import explain, renewal
 
         c = Claim(claim_id, entitlement, gang, per_member, Energy(uj, Grade(grade)), class_)
         decision = self.pool.submit(c)
@@ -103,16 +103,17 @@ class _Demo:
 def run_demo(folder: Path, out: Console) -> None:
     """Set up a deployment in `folder` and walk the scenario (see the module docstring)."""
     from joulepool.attribution import attribute
-    from joulepool.cli.pool_cmd import init_deployment
-    from joulepool.deployment import WITNESSES
+    from joulepool.deployment.config import WITNESSES
+    from joulepool.deployment.init import init_deployment
+    from joulepool.deployment.open import open_pool
+    from joulepool.deployment.witnesses import attestation, keep_receipt, load_receipts
     from joulepool.estimate import Derived
     from joulepool.grade import Energy, Grade
     from joulepool.idle import IdleObservation, IdlePolicy, idle_verdicts, reclamation_order
     from joulepool.ledger.keys import KeyPair, write_key_file
     from joulepool.ledger.witness import sign_witness
-    from joulepool.pool import open_pool, wall_clock_ms
+    from joulepool.pool import wall_clock_ms
     from joulepool.preemption import Workload, preemption_order, realised_cost
-    from joulepool.witnesses import attestation, keep_receipt, load_receipts
 
     init_deployment(folder, "steward")
     out.print(f"[bold]pool/1 demo[/bold] in {folder}: department 'research' with three teams.")

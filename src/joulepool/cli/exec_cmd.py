@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
 import sys
 
 
 def run_exec() -> int:
     """Read one case, write one result, exit 0 for every case (CONFORMANCE.md)."""
-    from joulepool.execute import exec_bytes
+    from joulepool.conformance.execute import exec_bytes
 
-    with contextlib.suppress(ImportError):  # the ledger operations register themselves
-        importlib.import_module("joulepool.ledger.operations")
     data = sys.stdin.buffer.read()
     out = exec_bytes(data)
     sys.stdout.buffer.write(out)

@@ -42,11 +42,11 @@ def _public(args: argparse.Namespace) -> int:
 
 
 def _rotate(args: argparse.Namespace) -> int:
-    from joulepool.deployment import PUBLIC_KEY
+    from joulepool.deployment.config import PUBLIC_KEY
+    from joulepool.deployment.keys import NEXT_KEY, pending_key
+    from joulepool.deployment.open import open_pool
     from joulepool.errors import InvalidInput
     from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
-    from joulepool.pool import open_pool
-    from joulepool.steward_keys import NEXT_KEY, pending_key
     from joulepool.stores.file import LedgerLocked
 
     folder = Path(args.dir)

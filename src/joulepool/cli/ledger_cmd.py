@@ -9,10 +9,8 @@ witness receipts (`ledger.rollback`).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,51 +27,22 @@ PROGRESS_FROM = 20_000
 """A ledger at least this long shows a progress bar while it verifies (on a terminal)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Located:
-    """Where a reading command finds a ledger, its key and its kept receipts."""
+def verified(
+    args: argparse.Namespace, snapshots: list[dict[str, Any]] | None = None
+) -> tuple[FileStore, KeyPair, Replayer]:
+    """`deployment.verify.verified` with a reading command's flags, and a progress bar on
+    a terminal for a long ledger (§6.1)."""
+    from joulepool.deployment.verify import verified as verify
 
-    ledger: Path
-    key: Path
-    witnesses: Path
-    deployment: bool
-
-
-def locate(target: str, key: str | None, witnesses: str | None = None) -> Located:
-    """A ledger file, or the ledger of a deployment folder, with where its key and receipts
-    are: `--key`, else `steward.pub` beside it; `--witnesses`, else `witnesses/` beside it."""
-    from joulepool.deployment import LEDGER, PUBLIC_KEY, WITNESSES
-    from joulepool.errors import InvalidInput
-
-    path = Path(target)
-    if not path.exists():
-        raise InvalidInput(
-            target, "no such file or folder; give a ledger file or a deployment folder"
-        )
-    deployment = path.is_dir()
-    ledger = path / LEDGER if deployment else path
-    if deployment and not ledger.is_file():
-        raise InvalidInput(target, f"a folder, but not a deployment: it has no {LEDGER}")
-    folder = ledger.parent
-    return Located(
-        ledger,
-        Path(key) if key else folder / PUBLIC_KEY,
-        Path(witnesses) if witnesses else folder / WITNESSES,
-        deployment,
+    return verify(
+        args.file,
+        key=args.key,
+        witnesses=getattr(args, "witnesses", None),
+        rotations=getattr(args, "rotations", None),
+        workers=getattr(args, "workers", 0) or 0,
+        snapshots=snapshots,
+        with_progress=_with_progress,
     )
-
-
-def steward_key(path: Path, given: bool) -> KeyPair:
-    """The steward's public key at `path`: given as `--key`, or found beside the ledger."""
-    from joulepool.errors import KeyFileError
-    from joulepool.ledger.keys import load_key_file
-
-    if not given and not path.exists():
-        raise KeyFileError(
-            f"no steward key: {path} does not exist; pass --key with the steward's "
-            "public key file, or give the deployment folder"
-        )
-    return load_key_file(path)
 
 
 def _with_progress(total: int, run: Callable[[Callable[[int], None] | None], Replayer]) -> Replayer:
@@ -98,163 +67,6 @@ def _with_progress(total: int, run: Callable[[Callable[[int], None] | None], Rep
     ) as bar:
         task = bar.add_task("verify", total=total)
         return run(lambda n: bar.update(task, completed=n))
-
-
-def snapshot_checks(
-    ledger: Path, steward: str, keys: Any
-) -> tuple[dict[int, Callable[[Replayer], None]], list[dict[str, Any]]]:
-    """Stops for a full replay that compare each kept state snapshot with the replayed state
-    at its length (DESIGN.md §4), and the list their findings go to, one row a snapshot.
-
-    Compared: head, length, last instant, all-time usage, open and released claims, each
-    class's evidence (§2.6), and the per-period sums when the snapshot was folded without a period schedule
-    (this replay groups by none).
-    """
-    from joulepool.errors import PoolError
-    from joulepool.ledger.snapshot import (
-        SnapshotFolder,
-        SnapshotRefused,
-        decode_copy,
-        open_snapshot,
-    )
-    from joulepool.periods import NONE, Schedule
-
-    found: list[dict[str, Any]] = []
-    stops: dict[int, Callable[[Replayer], None]] = {}
-    for length, raw in SnapshotFolder.beside(ledger).newest_first():
-        row: dict[str, Any] = {"length": length}
-        found.append(row)
-        try:
-            if isinstance(raw, SnapshotRefused):
-                raise raw
-            snap = open_snapshot(raw, steward, keys)
-            schedule = Schedule.from_json(snap.schedule, "snapshot schedule")
-            theirs = decode_copy(snap)
-        except PoolError as exc:
-            row |= {"agrees": False, "detail": f"refused: {exc}"}
-            continue
-        stops[length] = _comparison(row, theirs, snap.head, schedule == NONE)
-    return stops, found
-
-
-def _comparison(
-    row: dict[str, Any], theirs: Any, head: bytes, same_schedule: bool
-) -> Callable[[Replayer], None]:
-    def stop(replayer: Replayer) -> None:
-        from joulepool.ledger.fold import capture
-
-        ours = capture(replayer.state)
-        fields = ["length", "last_at_ms", "usage", "open", "evidence"]
-        if same_schedule:
-            fields.append("periods")
-        if ours.closed is not None and theirs.closed is not None:
-            fields.append("closed")  # each in memory; else the replay checks §6.4 itself
-        differ = [f for f in fields if getattr(ours, f) != getattr(theirs, f)]
-        if replayer.head != head:
-            differ.insert(0, "head")
-        row["agrees"] = not differ
-        if differ:
-            row["detail"] = "differs from the replay in: " + ", ".join(differ)
-
-    return stop
-
-
-def verified(
-    args: argparse.Namespace, snapshots: list[dict[str, Any]] | None = None
-) -> tuple[FileStore, KeyPair, Replayer]:
-    """Open the ledger read-only and replay it, or raise `LedgerRefused` at its index; then
-    hold it to what it acknowledged, or raise `LedgerRolledBack` (§6.1). Given `snapshots`,
-    the kept state snapshots are compared with the replay and a row each is added there."""
-    from joulepool.errors import LedgerRefused
-    from joulepool.ledger.replay import replay
-    from joulepool.steward_keys import statements_for
-    from joulepool.stores.file import FileStore
-
-    where = locate(args.file, args.key, getattr(args, "witnesses", None))
-    key = steward_key(where.key, bool(args.key))
-    # The key is the trust anchor; rotation statements beside the ledger (or --rotations)
-    # say which key seals which entries, and are verified before any entry (DESIGN.md §4).
-    rotations = getattr(args, "rotations", None)
-    keys = statements_for(where.ledger, key, Path(rotations) if rotations else None)
-    stops: dict[int, Callable[[Replayer], None]] = {}
-    if snapshots is not None:
-        stops, rows = snapshot_checks(where.ledger, key.kid, keys)
-        snapshots.extend(rows)
-    store = FileStore(where.ledger, writer=False)
-    workers = args.workers if args.workers else min(os.cpu_count() or 1, 4)
-    if len(store) < 2_000:
-        workers = 1
-    from joulepool.stores.claim_index import ClaimIndex
-
-    # The duplicate check of §6.4 in bounded memory: released claims go to a private
-    # on-disk index, removed when done.
-    claims = ClaimIndex()
-    try:
-        replayer = _with_progress(
-            len(store),
-            lambda progress: replay(
-                store.entries(),
-                key.kid,
-                keys,
-                workers=workers,
-                progress=progress,
-                stops=stops,
-                claims=claims,
-            ),
-        )
-        if store.tail is not None:
-            tail = store.tail
-            if tail.torn:
-                detail = (
-                    f"{tail.length} bytes at offset {tail.offset} are incomplete (a torn "
-                    f"write); `pool ledger recover {args.file}` truncates them"
-                )
-            else:
-                detail = (
-                    f"{tail.length} bytes at offset {tail.offset} are a damaged entry, not a "
-                    f"torn write: {tail.detail}"
-                )
-            raise LedgerRefused(len(store), "malformed", detail)
-        _hold_to_acknowledged(store, where, key.kid)
-    except BaseException:
-        store.close()
-        claims.close()
-        raise
-    claims.close()
-    return store, key, replayer
-
-
-def _hold_to_acknowledged(store: FileStore, where: Located, steward: str) -> None:
-    """Refuse a verified ledger shorter than its high-water record or a kept receipt.
-
-    A bare ledger file without a record is read as it is (it may be a copy or an export);
-    a deployment's ledger without one is refused, as `pool serve` would refuse it.
-    """
-    from joulepool.ledger.rollback import check_acknowledged
-    from joulepool.stores.base import head_at, refuse_rollback
-    from joulepool.witnesses import kept_marks
-
-    marks, problems = kept_marks(where.witnesses, steward)
-    for problem in problems:
-        print(f"pool: warning: {where.witnesses}: {problem}", file=sys.stderr)
-    if where.deployment or store.high_water() is not None:
-        refuse_rollback(store, marks)
-    else:
-        check_acknowledged(marks, len(store), lambda n: head_at(store, n), store.name)
-
-
-def _attestation(
-    args: argparse.Namespace, store: FileStore, key: KeyPair, replayer: Replayer
-) -> Any:
-    from joulepool.ledger.keys import load_key_file
-    from joulepool.stores.base import head_at
-    from joulepool.witnesses import KeptReceipt, attestation, load_receipts
-
-    kept = load_receipts(locate(args.file, args.key, args.witnesses).witnesses)
-    for receipt, witness_key in zip(args.receipt, args.witness_key, strict=False):
-        wk = load_key_file(Path(witness_key))
-        kept.append(KeptReceipt(wk.kid, wk.public_key, Path(receipt).read_bytes()))
-    return attestation(kept, key.kid, key.public_key, replayer.length, lambda n: head_at(store, n))
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -295,7 +107,11 @@ def _verify(args: argparse.Namespace) -> int:
         emit(args, out, lambda c: c.print(f"REFUSED: {gone.code}: {gone.detail}"))
         return 1
     try:
-        report = _attestation(args, store, key, replayer)
+        from joulepool.deployment.verify import ledger_attestation, locate
+
+        pairs = [(Path(r), Path(w)) for r, w in zip(args.receipt, args.witness_key, strict=False)]
+        where = locate(args.file, args.key, args.witnesses)
+        report = ledger_attestation(where, store, key, replayer, pairs)
         high = store.high_water()
     finally:
         store.close()
@@ -483,6 +299,7 @@ def _usage(args: argparse.Namespace) -> int:
 
 
 def _recover(args: argparse.Namespace) -> int:
+    from joulepool.deployment.verify import locate
     from joulepool.stores.file import recover
 
     done = recover(locate(args.file, None).ledger)
@@ -513,11 +330,12 @@ def _recover(args: argparse.Namespace) -> int:
 
 def _acknowledge(args: argparse.Namespace) -> int:
     """Record a ledger, verified whole, as what its deployment acknowledged (§6.1)."""
+    from joulepool.deployment.verify import locate, steward_key
+    from joulepool.deployment.witnesses import kept_marks
     from joulepool.errors import InvalidInput, LedgerRefused
     from joulepool.ledger.replay import replay
     from joulepool.ledger.rollback import HighWater, Mark, check_acknowledged
     from joulepool.stores.base import Store, head_at
-    from joulepool.witnesses import kept_marks
 
     store: Store
     if args.postgres:
@@ -542,7 +360,7 @@ def _acknowledge(args: argparse.Namespace) -> int:
         key_path, witnesses = where.key, where.witnesses
         store = FileStore(where.ledger)
     try:
-        from joulepool.steward_keys import statements_for
+        from joulepool.deployment.keys import statements_for
 
         key = steward_key(key_path, bool(args.key))
         given = Path(args.rotations) if args.rotations else None
@@ -587,7 +405,7 @@ def _acknowledge(args: argparse.Namespace) -> int:
 
 
 def _backup(args: argparse.Namespace) -> int:
-    from joulepool.backup import backup
+    from joulepool.deployment.backup import backup
 
     result = backup(Path(args.dir), Path(args.out), with_secret_key=args.with_secret_key)
     key_words = (
@@ -605,7 +423,7 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from joulepool.backup import RestoreWouldLose, restore
+    from joulepool.deployment.backup import RestoreWouldLose, restore
 
     try:
         lost = restore(Path(args.backup), Path(args.dir), accept_loss=args.accept_loss)
@@ -634,8 +452,8 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from joulepool.deployment.keys import ROTATIONS, read_statements, write_statements
     from joulepool.errors import InvalidInput, StoreError
-    from joulepool.steward_keys import ROTATIONS, read_statements, write_statements
     from joulepool.stores.base import Store
     from joulepool.stores.export import export_ledger
 

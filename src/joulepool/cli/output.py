@@ -27,7 +27,7 @@ def console(*, markup: bool = False) -> Console:
         def print(self, *objects: Any, **kwargs: Any) -> None:
             if not self.is_terminal:
                 # Piped output is read by programs and pagers: plain aligned text at its
-                # full width, never a box cut at 80 columns (issue 17).
+                # full width, never a box cut at 80 columns.
                 objects = tuple(o.plain() if isinstance(o, PlainTable) else o for o in objects)
                 kwargs.setdefault("crop", False)
             super().print(
@@ -112,7 +112,7 @@ def add_json(parser: argparse.ArgumentParser) -> None:
 def energy_column(
     name: str, values: Sequence[int | None], units: str = "auto"
 ) -> tuple[str, list[str]]:
-    """A column of µJ figures in one readable unit (issue 17): its heading, `name (MJ)`, and
+    """A column of µJ figures in one readable unit: its heading, `name (MJ)`, and
     its cells; `--json` carries the exact integers."""
     from joulepool.units import column
 

@@ -1,4 +1,4 @@
-"""The paths a person types, checked before anything opens them (issue 17, "papercuts").
+"""The paths a person types, checked before anything opens them ("papercuts").
 
 A file where a folder is expected, a folder that is not there, an empty folder: each is
 refused in one line naming the path and what was expected, never with a traceback.
@@ -13,7 +13,7 @@ from joulepool.errors import InvalidInput
 
 def deployment_dir(text: str) -> Path:
     """`text` as a deployment folder (DESIGN.md §5): it exists, is a folder, holds pool.toml."""
-    from joulepool.deployment import CONFIG
+    from joulepool.deployment.config import CONFIG
 
     path = Path(text)
     if not path.exists():

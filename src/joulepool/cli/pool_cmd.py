@@ -21,14 +21,14 @@ EXIT_BY_VERDICT = {"admit": 0, "queue": 3, "deny": 4}
 
 def _open(args: argparse.Namespace, *, read_only: bool = False) -> Pool:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.pool import open_pool
+    from joulepool.deployment.open import open_pool
 
     return open_pool(deployment_dir(args.dir), read_only=read_only)
 
 
 def read_source(pool: Pool) -> dict[str, Any]:
     """Where a read-only command's answer came from: the ledger file, up to which length,
-    and the running writer it was read beside, if any (issue 16: readers beside `pool serve`)."""
+    and the running writer it was read beside, if any (readers beside `pool serve`)."""
     return {
         "ledger": pool.store.name,
         "length": pool.length,
@@ -47,34 +47,9 @@ def source_words(source: dict[str, Any]) -> str:
     )
 
 
-def init_deployment(folder: Path, steward: str) -> None:
-    """Create a deployment: a key, the example tree, an empty ledger (DESIGN.md §5)."""
-    from joulepool.deployment import (
-        CONFIG,
-        EXAMPLE_TREE,
-        KEY,
-        LEDGER,
-        MONTHLY,
-        PUBLIC_KEY,
-        WITNESSES,
-        write_config,
-    )
-    from joulepool.errors import InvalidInput
-    from joulepool.ledger.keys import KeyPair, write_key_file
-    from joulepool.stores.file import create
-
-    if folder.exists() and any(folder.iterdir()):
-        raise InvalidInput(str(folder), "is not empty; pool init never overwrites a deployment")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / WITNESSES).mkdir()
-    key = KeyPair.generate(steward)
-    write_key_file(folder / KEY, key)
-    write_key_file(folder / PUBLIC_KEY, key.public())
-    write_config(folder / CONFIG, steward, EXAMPLE_TREE, period=MONTHLY)
-    create(folder / LEDGER).close()
-
-
 def _init(args: argparse.Namespace) -> int:
+    from joulepool.deployment.init import init_deployment
+
     folder = Path(args.dir)
     init_deployment(folder, args.steward)
     result = {"dir": str(folder), "steward": args.steward}
@@ -97,7 +72,7 @@ def _admit(args: argparse.Namespace) -> int:
     from joulepool.claim import Claim
     from joulepool.errors import InvalidInput
     from joulepool.estimate import Derived
-    from joulepool.explain import explain, renewal
+    from joulepool.views.explain import explain, renewal
 
     pool = _open(args)
     try:
@@ -123,7 +98,7 @@ def _admit(args: argparse.Namespace) -> int:
             args.class_,
         )
         if args.dry_run:
-            from joulepool.claims_view import dry_run
+            from joulepool.views.claims import dry_run
 
             decision = dry_run(pool, claim)
         else:
@@ -134,7 +109,7 @@ def _admit(args: argparse.Namespace) -> int:
             decision.verdict.verdict == "deny"
             and decision.verdict.reason.value == "unknown_entitlement"
         ):
-            from joulepool.claims_view import did_you_mean
+            from joulepool.views.claims import did_you_mean
 
             hint = did_you_mean(pool.tree, claim.entitlement)
     finally:
@@ -160,9 +135,9 @@ def _confirmed(words: str) -> bool:
 
 
 def _claims(args: argparse.Namespace) -> int:
-    from joulepool.claims_view import claim_json, claims
     from joulepool.periods import utc_text
     from joulepool.units import column
+    from joulepool.views.claims import claim_json, claims
 
     pool = _open(args)
     try:
@@ -209,10 +184,10 @@ def _claims(args: argparse.Namespace) -> int:
 
 
 def _claim(args: argparse.Namespace) -> int:
-    from joulepool.claims_view import claim_json
     from joulepool.errors import ClaimError
     from joulepool.periods import utc_text
     from joulepool.units import energy_text
+    from joulepool.views.claims import claim_json
 
     pool = _open(args)
     try:
@@ -249,9 +224,9 @@ def _claim(args: argparse.Namespace) -> int:
 
 
 def _release(args: argparse.Namespace) -> int:
-    from joulepool.deployment import CONFIG, read_config
-    from joulepool.plausibility import check_release, refusal
+    from joulepool.deployment.config import CONFIG, read_config
     from joulepool.units import energy_text
+    from joulepool.views.plausibility import check_release, refusal
 
     pool = _open(args)
     try:
@@ -291,13 +266,13 @@ def _release(args: argparse.Namespace) -> int:
 def usage_rows(pool: Pool, index: int | None = None) -> list[dict[str, Any]]:
     """Every entitlement's guarantees and usage in a period, interior nodes with their
     subtree's totals beside (API.md figures, DESIGN.md §3; `usage_report`)."""
-    from joulepool.usage_report import entitlement_reports
+    from joulepool.views.usage import entitlement_reports
 
     return entitlement_reports(pool, None, index)
 
 
 def usage_table(rows: list[dict[str, Any]], depth: dict[str, int], units: str) -> Any:
-    """`pool usage`'s table: one unit per energy column (issue 17), interior nodes marked Σ
+    """`pool usage`'s table: one unit per energy column, interior nodes marked Σ
     and showing their subtree's totals."""
     from joulepool.units import column
 
@@ -471,8 +446,8 @@ def _read_json(source: str) -> Any:
 
 
 def _run_op(case: dict[str, Any]) -> dict[str, Any]:
+    from joulepool.conformance.execute import run_case
     from joulepool.errors import InvalidInput
-    from joulepool.execute import run_case
 
     result = run_case(case)
     if "error" in result:
@@ -516,7 +491,7 @@ def _idle(args: argparse.Namespace) -> int:
     policy: dict[str, int] = {}
     if args.dir is not None:
         from joulepool.cli.paths import deployment_dir
-        from joulepool.deployment import CONFIG, read_config
+        from joulepool.deployment.config import CONFIG, read_config
 
         configured = read_config(deployment_dir(args.dir) / CONFIG).idle
         if configured.window_us is not None:
@@ -589,7 +564,7 @@ def _attribute(args: argparse.Namespace) -> int:
 
 def energy_flag(text: str) -> int:
     """An energy typed on the command line, with its unit (`4MJ`, `2.5kWh`; a bare number is
-    µJ): exact integer µJ or a one-line refusal (issue 17; `joulepool.units`)."""
+    µJ): exact integer µJ or a one-line refusal (`joulepool.units`)."""
     from joulepool.errors import InvalidInput
     from joulepool.units import parse_energy
 

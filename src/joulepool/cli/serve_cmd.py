@@ -48,29 +48,15 @@ def build_service(
     is taken here, before replay: a second `pool serve` on the folder is refused at once
     (`LedgerLocked`, naming the pid that holds it), never left unready for ever.
     """
-    from joulepool.deployment import (
-        CONFIG,
-        KEY,
-        LEDGER,
-        TOKENS,
-        WITNESSES,
-        config_digest,
-        read_config,
-    )
-    from joulepool.errors import PoolError
-    from joulepool.ledger.snapshot import SnapshotFolder
+    from joulepool.deployment.config import CONFIG, TOKENS, WITNESSES, config_digest, read_config
+    from joulepool.deployment.open import open_pool, steward_keys
     from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS, Pool
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
-    from joulepool.steward_keys import deployment_keys, rotate_pending
-    from joulepool.stores.claim_index import open_index
-    from joulepool.witnesses import kept_marks
 
     config = read_config(folder / CONFIG)
     # The key in force after the deployment's rotation statements (DESIGN.md §4).
-    key, keys = deployment_keys(folder)
-    if key.kid != config.steward:
-        raise PoolError(f"{folder / KEY}: kid {key.kid!r} is not the steward {config.steward!r}")
+    keys = steward_keys(folder, config)
     # Scopes are checked against the tree being served: a token naming an entitlement it
     # does not have refuses the start (API.md, Tokens).
     tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
@@ -83,65 +69,26 @@ def build_service(
     )
     held: Any = None
     if not postgres:
+        from joulepool.deployment.config import LEDGER
         from joulepool.stores.file import LedgerLock
 
         held = LedgerLock(folder / LEDGER)
 
     def opener() -> Pool:
-        # Kept receipts are read at each start: a ledger shorter than one is refused (§6.1).
-        marks, problems = kept_marks(folder / WITNESSES, config.steward)
-        for problem in problems:
-            print(f"pool serve: warning: {folder / WITNESSES}: {problem}", file=sys.stderr)
-        store: Any
-        if postgres:
-            from joulepool.stores.postgres import (
-                IDLE_IN_TRANSACTION_S,
-                LOCK_TIMEOUT_S,
-                STATEMENT_TIMEOUT_S,
-                PostgresClaimIndex,
-                PostgresSnapshots,
-                PostgresStore,
-            )
-
-            waited = waits or {}
-            store = PostgresStore(
-                postgres,
-                ledger=ledger or config.steward,
-                config_digest=digest,
-                lock_timeout_s=waited.get("lock_timeout_s", LOCK_TIMEOUT_S),
-                statement_timeout_s=waited.get("statement_timeout_s", STATEMENT_TIMEOUT_S),
-                idle_in_transaction_s=waited.get("idle_in_transaction_s", IDLE_IN_TRANSACTION_S),
-            )
-        else:
-            from joulepool.stores.file import FileStore
-
-            # Deferred: a start from a snapshot scans only the entries after it (DESIGN.md §4).
-            store = FileStore(folder / LEDGER, lock=held, deferred=True)
-        try:
-            pool = Pool(
-                config.tree,
-                key,
-                store,
-                idle_policy=config.idle,
-                required_evidence=config.required_evidence,
-                period=config.period,
-                replay_workers=replay_workers,
-                acknowledged=marks,
-                keys=keys,
-                # State snapshots (DESIGN.md §4): beside a ledger file, or in a table beside
-                # a ledger in PostgreSQL.
-                snapshots=PostgresSnapshots(store)
-                if postgres
-                else SnapshotFolder.beside(folder / LEDGER),
-                snapshot_every=SNAPSHOT_EVERY if snapshot_every is None else snapshot_every,
-                snapshot_seconds=SNAPSHOT_SECONDS if snapshot_seconds is None else snapshot_seconds,
-                claims=PostgresClaimIndex(store) if postgres else open_index(folder / LEDGER),
-            )
-        except BaseException:
-            store.close()
-            raise
-        _rotate_pending(folder, pool, rotate_pending)
-        return pool
+        return open_pool(
+            folder,
+            config=config,
+            keys=keys,
+            postgres=postgres,
+            ledger=ledger,
+            waits=waits,
+            config_digest=digest,
+            lock=held,
+            replay_workers=replay_workers,
+            snapshot_every=SNAPSHOT_EVERY if snapshot_every is None else snapshot_every,
+            snapshot_seconds=SNAPSHOT_SECONDS if snapshot_seconds is None else snapshot_seconds,
+            who="pool serve",
+        )
 
     return Service(
         opener,
@@ -150,22 +97,6 @@ def build_service(
         config_digest=digest,
         max_device_power_w=config.max_device_power_w,
     )
-
-
-def _rotate_pending(folder: Path, pool: Any, rotate: Any) -> None:
-    """Put a key `pool keys rotate` left pending in force (DESIGN.md §4), logging the step."""
-    from joulepool.errors import PoolError
-
-    try:
-        from_seq = rotate(folder, pool)
-    except PoolError as exc:
-        print(f"pool serve: error: the pending steward key is not in force: {exc}", file=sys.stderr)
-        return
-    if from_seq is not None:
-        print(
-            f"pool serve: steward key rotated: the new key seals from entry {from_seq}",
-            file=sys.stderr,
-        )
 
 
 def _tune_collector(service: Any) -> None:
@@ -200,7 +131,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput, PoolError
     from joulepool.service.app import create_app
     from joulepool.service.connections import bounded_protocol
@@ -279,9 +210,9 @@ def _serve(args: argparse.Namespace) -> int:
         service.tokens = tokens
         print("pool serve: configuration reloaded", file=sys.stderr)
         if service.pool is not None:
-            from joulepool.steward_keys import rotate_pending
+            from joulepool.deployment.open import put_pending_in_force, say
 
-            _rotate_pending(folder, service.pool, rotate_pending)
+            put_pending_in_force(folder, service.pool, say("pool serve"))
 
     signal.signal(signal.SIGHUP, reload)
     if args.host not in ("127.0.0.1", "::1", "localhost"):
@@ -333,7 +264,7 @@ def _log_config(level: str) -> dict[str, Any]:
 
 def _token_add(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput
     from joulepool.service.tokens import add_token, scope_problem
 
@@ -358,7 +289,7 @@ def _token_add(args: argparse.Namespace) -> int:
 
 def _token_list(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.service.tokens import read_tokens
 
     folder = deployment_dir(args.dir)
@@ -399,7 +330,7 @@ def _token_list(args: argparse.Namespace) -> int:
 
 def _token_revoke(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment import CONFIG, TOKENS, read_config
+    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.service.tokens import revoke_token
 
     folder = deployment_dir(args.dir)

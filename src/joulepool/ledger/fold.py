@@ -26,7 +26,7 @@ from joulepool.periods import NONE, Period, Schedule
 from joulepool.tree import EntitlementUsage, Tree, Usage
 
 if TYPE_CHECKING:
-    from joulepool.stores.claim_index import ReleasedClaims
+    from joulepool.ledger.released import ReleasedClaims
 
 INCONSISTENT = "inconsistent_stream"
 

@@ -38,9 +38,9 @@ from joulepool.ledger.cose import (
 )
 from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
+from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import NONE, Schedule
-from joulepool.stores.claim_index import ReleasedClaims
 from joulepool.tree import Tree
 
 BATCH = 512

@@ -34,10 +34,10 @@ from joulepool.ledger.cose import open_envelope, seal, verify_signature
 from joulepool.ledger.entry import brief
 from joulepool.ledger.fold import LedgerState, StateCopy, restore
 from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.sequence import split
 from joulepool.periods import Schedule
-from joulepool.stores.claim_index import ReleasedClaims
 from joulepool.tree import Tree
 
 SNAPSHOT_VERSION = 1

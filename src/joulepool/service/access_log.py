@@ -1,4 +1,4 @@
-"""One access-log line per request of `pool serve` (issue 17, "tokens and transport").
+"""One access-log line per request of `pool serve` ("tokens and transport").
 
 Each line says when, which token (by its name, never the token), the method, the path, the
 status, how long the answer took, and, where there is one, the claim and its verdict. It is
@@ -60,7 +60,7 @@ def line(
     took_ms: float,
     access: tuple[str, str] | None,
 ) -> str:
-    """One access-log line, newline included (issue 17)."""
+    """One access-log line, newline included."""
     if fmt == "json":
         # Built by hand, the strings escaped by json's own C encoder: json.dumps of a dict
         # costs twice as much, on every request.

@@ -29,8 +29,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from joulepool.admission import Admit
 from joulepool.claim import Claim
 from joulepool.claim_id import check_claim_id, lookup_ids, namespaced, shown_id
+from joulepool.conformance.decisions import idle_policy_from_json
+from joulepool.conformance.execute import run_case
+from joulepool.deployment.witnesses import keep_receipt, load_receipts
 from joulepool.errors import ClaimError, InvalidInput, LedgerRefused, PoolError, StoreError
-from joulepool.execute import idle_policy_from_json, run_case
 from joulepool.grade import Energy, Grade
 from joulepool.idle import IdlePolicy
 from joulepool.ledger.entry import brief as brief_id
@@ -50,7 +52,6 @@ from joulepool.service.tokens import Principal, TokenBook
 from joulepool.service.ui import UI_ASSETS, ui_file
 from joulepool.service.verdicts import RECENT
 from joulepool.tree import Tree
-from joulepool.witnesses import keep_receipt, load_receipts
 
 CBOR_SEQ = "application/cbor-seq"
 MAX_ENTRIES_PER_READ = 100_000
@@ -202,7 +203,7 @@ class Service:
         under the commit lock: the other replicas decide nothing until they are reloaded
         with the same file (docs/reliability.md). A reload that changes nothing here
         records nothing, so a routine SIGHUP never overrides the other replicas."""
-        from joulepool.deployment import config_digest
+        from joulepool.deployment.config import config_digest
         from joulepool.stores.postgres import PostgresStore
 
         pool = self.pool
@@ -519,7 +520,7 @@ def create_app(
     ) -> Response:
         """Record a claim's end, charging its actual figure in place of its reservation (§6.2);
         a figure above the physical ceiling is 422 `implausible_actual` unless overridden."""
-        from joulepool.plausibility import check_release, refusal
+        from joulepool.views.plausibility import check_release, refusal
 
         committer = service.ready_committer()
         started = time.perf_counter()
@@ -568,7 +569,7 @@ def create_app(
         )
         if state is None:
             raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
-        from joulepool.claims_view import claim_json
+        from joulepool.views.claims import claim_json
 
         out = claim_json(state, shown_id(who.tenant, state.claim))
         return JSONResponse(out)
@@ -576,7 +577,7 @@ def create_app(
     # -- entitlements --------------------------------------------------------------------
 
     def entitlement_json(pool: Pool, node: str, index: int | None = None) -> dict[str, Any]:
-        from joulepool.usage_report import entitlement_reports
+        from joulepool.views.usage import entitlement_reports
 
         return entitlement_reports(pool, [node], index)[0]
 
@@ -590,7 +591,7 @@ def create_app(
         """The tree and its usage, as far as the token's scope reaches."""
         pool = service.fresh_pool()
         visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
-        from joulepool.usage_report import entitlement_reports
+        from joulepool.views.usage import entitlement_reports
 
         return JSONResponse({"entitlements": entitlement_reports(pool, visible)})
 

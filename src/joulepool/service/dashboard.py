@@ -1,4 +1,4 @@
-"""What the dashboard at `/ui` shows, as far as a token's scope reaches (issue 18).
+"""What the dashboard at `/ui` shows, as far as a token's scope reaches.
 
 Nothing here decides or recomputes a figure: usage is `usage_report.entitlement_reports`
 (the code path of `pool usage --json` and `GET /v1/entitlements`), the ledger's facts are
@@ -18,7 +18,7 @@ from joulepool.service.ledger_report import ledger_report
 from joulepool.service.timeline import Timeline
 from joulepool.service.tokens import Principal
 from joulepool.service.verdicts import VerdictBook
-from joulepool.usage_report import entitlement_reports
+from joulepool.views.usage import entitlement_reports
 
 CONSISTENT_TRIES = 5
 """Reads of the whole answer before giving up on one in which no append came in between."""

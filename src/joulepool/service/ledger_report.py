@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from joulepool.deployment.witnesses import attestation, load_receipts
 from joulepool.ledger.witness import Attestation
 from joulepool.pool import Pool
-from joulepool.witnesses import attestation, load_receipts
 
 
 def ledger_report(pool: Pool, witnesses: Path | None, *, witness: bool = False) -> dict[str, Any]:

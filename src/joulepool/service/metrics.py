@@ -1,4 +1,4 @@
-"""Prometheus metrics of `pool serve` (API.md, Additions; issue 18).
+"""Prometheus metrics of `pool serve` (API.md, Additions).
 
 Prometheus's conventions: base units (joules, seconds; timestamps in seconds since the
 Unix epoch), `_total` counters, one `entitlement` label. The ledger and every decision keep
@@ -137,7 +137,7 @@ class _PoolCollector(Collector):
         pool = self._pool()
         if pool is None:
             return
-        from joulepool.usage_report import entitlement_reports
+        from joulepool.views.usage import entitlement_reports
 
         visible = self._visible(pool)
         # One period for the whole scrape, so no figure straddles a rollover (DESIGN.md §3).

@@ -1,5 +1,5 @@
 """Each entitlement's committed energy over time in a budget period, read from the
-ledger's own history (DESIGN.md §3, §6.1), for the dashboard's line chart (issue 18).
+ledger's own history (DESIGN.md §3, §6.1), for the dashboard's line chart.
 
 The ledger holds only `Admitted` and `Released`, each with its `at_ms`. A claim belongs to
 the period of its `Admitted` entry for good: its reservation moves that period's committed

@@ -1,4 +1,4 @@
-"""TLS for `pool serve` (issue 17): a certificate and key, and for mutual TLS the CA whose
+"""TLS for `pool serve`: a certificate and key, and for mutual TLS the CA whose
 client certificates are accepted. The files are checked here, before the service starts,
 so a wrong path or a key that does not match its certificate is one line naming the file,
 not a traceback from inside the server; uvicorn is then given the same files (`ssl_*`)."""

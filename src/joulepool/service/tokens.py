@@ -2,11 +2,11 @@
 
 `DIR/tokens.toml` lists `[[token]]` tables of `name`, `sha256` and `scope` (and optionally
 `created` and `expires`, TOML offset date-times; a token past `expires` is refused as if
-unknown: issue 17), where a scope is
+unknown), where a scope is
 `operator`, `metrics` (reads `/metrics` and nothing else; API.md, Additions) or
 `tenant:<entitlement id>`. The token itself is printed once and never stored.
 
-The file is a trust boundary (issue 14): it is refused as a whole, naming the file and the
+The file is a trust boundary: it is refused as a whole, naming the file and the
 line of the offending `[[token]]` table, when other users may read or change it, when a
 token or a name is listed twice, or when a scope is anything but exactly one of those three,
 with an entitlement that is in the tree being served.
@@ -93,7 +93,7 @@ class TokenEntry:
     created: datetime | None = dataclasses.field(default=None, compare=False)
 
     def expired(self, now: datetime | None = None) -> bool:
-        """Whether the token has stopped working (issue 17, `--expires`)."""
+        """Whether the token has stopped working (`--expires`)."""
         return self.expires is not None and (now or datetime.now(UTC)) >= self.expires
 
 
@@ -234,7 +234,7 @@ UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 
 def parse_expiry(text: str, now: datetime | None = None) -> datetime:
     """`--expires`: a duration from now (`90d`, `12h`, `30m`) or an instant (`2027-01-01`,
-    `2027-01-01T12:00:00Z`; a date alone is its midnight UTC) (issue 17)."""
+    `2027-01-01T12:00:00Z`; a date alone is its midnight UTC)."""
     now = now or datetime.now(UTC)
     match = re.fullmatch(r"([0-9]{1,6})([dhm])", text.strip())
     if match:
@@ -275,7 +275,7 @@ def _write_tokens(path: Path, entries: list[TokenEntry]) -> None:
 
 
 def revoke_token(path: Path, name: str, tree: Tree) -> TokenEntry:
-    """Remove the token named `name` (issue 17: `pool token revoke DIR NAME`); a running
+    """Remove the token named `name` (`pool token revoke DIR NAME`); a running
     service stops taking it at its next SIGHUP. Refused, naming the closest names, when no
     token has that name."""
     entries = read_tokens(path, tree)

@@ -1,5 +1,5 @@
 """The verdicts this service gave: counted by entitlement, kind and reason for `/metrics`,
-and the most recent kept for the dashboard (issue 18).
+and the most recent kept for the dashboard.
 
 Queue and Deny are never ledger events (§6.2), so nothing but the service that answered
 them knows of them: both views are this process's, since it started. Each verdict is

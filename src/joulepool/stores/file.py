@@ -213,7 +213,7 @@ class FileStore:
                 # An empty ledger acknowledged nothing yet: its record starts at length 0.
                 self._high = HighWaterFile.create(record_path(self.path))
             # A reader beside a running writer (`pool serve`) reads up to the last whole
-            # entry: bytes after it are an append in flight, not damage (issue 16).
+            # entry: bytes after it are an append in flight, not damage.
             self.writer_pid: int | None = None if writer else lock_holder(self._fd)
             # (first, offsets): the offsets of the entries from index `first` on; those before
             # it nobody has read yet (a start from a snapshot). None before the first scan.

@@ -57,10 +57,10 @@ from psycopg import conninfo
 
 from joulepool.errors import StoreError
 from joulepool.ledger.cose import content_address
+from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.snapshot import KEEP, MAX_SNAPSHOT_BYTES, SnapshotRefused
 from joulepool.stores import PG_IDLE_IN_TRANSACTION_S, PG_LOCK_TIMEOUT_S, PG_STATEMENT_TIMEOUT_S
-from joulepool.stores.claim_index import ReleasedClaims
 
 TABLE = "pool_ledger_entries"
 HIGH_WATER_TABLE = "pool_ledger_high_water"

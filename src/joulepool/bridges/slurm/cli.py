@@ -72,19 +72,19 @@ def held_jobs() -> list[dict[str, Any]]:
 
 def _explain(state: str, reason: str | None, renews_ms: int | None = None) -> str:
     from joulepool.admission import DenyReason, QueueReason
-    from joulepool.explain import _DENY, _QUEUE, renewal
+    from joulepool.views.explain import reason_text, renewal
 
     if state == "unreachable":
         return "Pool did not answer at submission; the agent asks again until it does"
     try:
         if state == "queued" and reason is not None:
-            text = _QUEUE[QueueReason(reason)]
+            text = reason_text(QueueReason(reason))
             if renews_ms is not None:
                 # The team's period budget is spent: the agent asks again when it renews.
                 text += f"; it {renewal(renews_ms, 'period')}"
             return text
         if state == "denied" and reason is not None:
-            return _DENY[DenyReason(reason)]
+            return reason_text(DenyReason(reason))
     except ValueError:
         pass
     return reason or state

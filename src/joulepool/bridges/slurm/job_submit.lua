@@ -477,7 +477,7 @@ local function array_size(spec)
   return count, at_once
 end
 
--- Energy with its unit, as people say it (issue 17; joulepool.units): 4MJ, 2.5kWh, 750J,
+-- Energy with its unit, as people say it (joulepool.units): 4MJ, 2.5kWh, 750J,
 -- 123uJ, converted to integer microjoules exactly, on digit strings: Lua 5.1 numbers are
 -- doubles. A figure that is not a whole number of microjoules is refused, never rounded.
 -- Each unit: its power of ten in microjoules, and whether it is a watt-hour (x 3,600).

@@ -1,4 +1,4 @@
-"""The dashboard's static files (issue 18): shipped in the package, no CDN."""
+"""The dashboard's static files: shipped in the package, no CDN."""
 
 from __future__ import annotations
 

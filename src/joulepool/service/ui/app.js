@@ -1,4 +1,4 @@
-// The joulepool dashboard (issue 18): polls GET /v1/dashboard with the token it is given
+// The joulepool dashboard: polls GET /v1/dashboard with the token it is given
 // and draws what comes back. It computes no figure: every number shown is one the API sent
 // (exact µJ in each element's data-value), and the server decides what a token may see.
 "use strict";

@@ -1,8 +1,8 @@
-"""`pool exec`: one conformance case in, one result out (CONFORMANCE.md).
+"""The JSON face of the standard's pure decisions (§2.5, §2.6, §2.7, §4, §5), one
+operation of `pool exec` each (CONFORMANCE.md).
 
-No clock and no randomness: the same case always gives the same bytes. A case that breaks
-the rules of its shape gets `{"error": "invalid_input", "detail": ...}` naming the field;
-nothing here ever lets a traceback reach the caller.
+Each operation checks its case's shape, naming the field it refuses, and returns the
+decision's JSON; `execute.OPERATIONS` lists them.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from joulepool.admission import decide
 from joulepool.attribution import attribute
 from joulepool.checks import check_figure, check_keys, check_text
 from joulepool.claim import Claim
-from joulepool.errors import AttributionRefused, InvalidInput, InvalidTree, PoolError
+from joulepool.errors import InvalidInput
 from joulepool.estimate import DEFAULT_REQUIRED, Observation, derive_estimate
 from joulepool.grade import Energy
 from joulepool.idle import IdleObservation, IdlePolicy, idle_verdicts, reclamation_order
-from joulepool.jsonio import dumps_canonical, loads_strict
 from joulepool.preemption import Workload, preemption_order, realised_cost
 from joulepool.tree import Tree, Usage
 
@@ -141,50 +140,3 @@ def idle_policy_from_json(obj: object, where: str = "policy") -> IdlePolicy:
         None if window is None else check_figure(window, f"{where}.window_us"),
         None if threshold is None else check_figure(threshold, f"{where}.threshold_uw"),
     )
-
-
-OPERATIONS: dict[str, Operation] = {
-    "decide": op_decide,
-    "attribute": op_attribute,
-    "derive_estimate": op_derive_estimate,
-    "preemption_order": op_preemption_order,
-    "idle": op_idle,
-}
-
-
-def register(name: str, operation: Operation) -> None:
-    """Add an operation to `pool exec` (the ledger operations register themselves)."""
-    OPERATIONS[name] = operation
-
-
-def run_case(case: Any) -> Result:
-    """Run one parsed case; every refusal becomes a result, never an exception (CONFORMANCE.md)."""
-    try:
-        if not isinstance(case, Mapping):
-            raise InvalidInput("", "a case must be a JSON object")
-        op = case.get("op")
-        if not isinstance(op, str) or op not in OPERATIONS:
-            known = ", ".join(sorted(OPERATIONS))
-            raise InvalidInput("op", f"unknown operation {op!r}; expected one of {known}")
-        return OPERATIONS[op](case)
-    except InvalidTree as exc:
-        return {"error": exc.code, "detail": str(exc)}
-    except AttributionRefused as exc:
-        return {"error": exc.error, "detail": str(exc)}
-    except InvalidInput as exc:
-        return {"error": "invalid_input", "detail": str(exc)}
-    except PoolError as exc:
-        return {"error": getattr(exc, "error", exc.code), "detail": str(exc)}
-    except RecursionError:
-        return {"error": "invalid_input", "detail": "nested too deeply"}
-
-
-def exec_bytes(data: bytes) -> bytes:
-    """The whole of `pool exec`: the bytes of one case to the bytes of its result."""
-    try:
-        result = run_case(loads_strict(data))
-    except InvalidInput as exc:
-        result = {"error": "invalid_input", "detail": str(exc)}
-    except Exception as exc:  # a bug must still not print a traceback (CONFORMANCE.md)
-        result = {"error": "internal_error", "detail": repr(exc)}
-    return (dumps_canonical(result) + "\n").encode("utf-8")

@@ -51,8 +51,8 @@ class Config:
     required_evidence: int
     period: Schedule = NONE
     max_device_power_w: int | None = None
-    """The most one device can draw, W: it bounds a release's actual figure (issue 17;
-    `joulepool.plausibility`). None: unconfigured, and no physical bound is applied."""
+    """The most one device can draw, W: it bounds a release's actual figure
+    (`joulepool.views.plausibility`). None: unconfigured, and no physical bound is applied."""
 
 
 def read_config(path: Path) -> Config:
@@ -117,8 +117,8 @@ def config_digest(
     (DESIGN.md §3: the period decides which spending counts), as canonical JSON. Replicas of
     one PostgreSQL ledger must agree on it (docs/reliability.md); comments, key order and
     layout of the file do not change it, and neither does the steward (its key is checked
-    on its own). The release ceiling `max_device_power_w` is covered where it is set (issue
-    17): replicas must refuse the same figures; unset, the digest is what it always was."""
+    on its own). The release ceiling `max_device_power_w` is covered where it is set:
+    replicas must refuse the same figures; unset, the digest is what it always was."""
     doc: dict[str, Any] = {
         "pool.toml": 1,
         "entitlements": [dataclasses.asdict(ent) for ent in tree],

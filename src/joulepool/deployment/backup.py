@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from joulepool.deployment import CONFIG, KEY, LEDGER, PUBLIC_KEY, TOKENS, WITNESSES
+from joulepool.deployment.config import CONFIG, KEY, LEDGER, PUBLIC_KEY, TOKENS, WITNESSES
+from joulepool.deployment.keys import ROTATIONS
 from joulepool.errors import InvalidInput, PoolError, StoreError
 from joulepool.files import fsync_dir
 from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.snapshot import SnapshotFolder
-from joulepool.steward_keys import ROTATIONS
 from joulepool.stores.claim_index import index_path, open_index
 from joulepool.stores.file import FileStore, LedgerLocked, lock_holder
 from joulepool.stores.highwater import HighWaterFile, record_path
@@ -115,7 +115,7 @@ def backup(folder: Path, out: Path, *, with_secret_key: bool = False) -> dict[st
     Works beside a running writer: it copies the entries whole when it opened the ledger.
     The copy is replayed and verified before this returns; `out` must not exist.
     """
-    from joulepool.pool import open_pool
+    from joulepool.deployment.open import open_pool
 
     if out.exists():
         raise InvalidInput(str(out), "exists; a backup is written to a new folder")
@@ -184,10 +184,10 @@ def _usage_of(pool: Any) -> dict[str, dict[str, int]]:
 def loss(backup_folder: Path, folder: Path) -> tuple[Loss, int, bytes]:
     """What restoring `backup_folder` over the deployment `folder` loses (§6.1), and the
     backup's verified length and head."""
+    from joulepool.deployment.open import open_pool
     from joulepool.events import Admitted
     from joulepool.ledger.cose import open_envelope
     from joulepool.ledger.entry import event_of
-    from joulepool.pool import open_pool
 
     saved = open_pool(backup_folder, read_only=True)
     try:

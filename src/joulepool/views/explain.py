@@ -58,8 +58,15 @@ def explain(verdict: Verdict) -> str:
             f"{borrowed}, {verdict.devices} device(s) held"
         )
     if verdict.verdict == "queue":
-        return f"queued ({verdict.reason.value}): {_QUEUE[verdict.reason]}"
-    return f"denied ({verdict.reason.value}): {_DENY[verdict.reason]}"
+        return f"queued ({verdict.reason.value}): {reason_text(verdict.reason)}"
+    return f"denied ({verdict.reason.value}): {reason_text(verdict.reason)}"
+
+
+def reason_text(reason: DenyReason | QueueReason) -> str:
+    """What a Deny or Queue reason code means, in words (§4.5)."""
+    if isinstance(reason, DenyReason):
+        return _DENY[reason]
+    return _QUEUE[reason]
 
 
 def renewal(period_end_ms: int, noun: str) -> str:

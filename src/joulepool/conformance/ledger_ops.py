@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from joulepool.checks import check_figure, check_keys, check_text
+from joulepool.conformance.decisions import Result
 from joulepool.errors import InvalidInput, LedgerRefused, WitnessRefused
 from joulepool.events import event_from_json
-from joulepool.execute import Result, register
 from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.entry import seal_entry
 from joulepool.ledger.keys import KeyPair
@@ -225,10 +225,3 @@ def op_check_witness(case: Mapping[str, Any]) -> Result:
         head_at,
     )
     return report.to_json()
-
-
-register("seal", op_seal)
-register("replay", op_replay)
-register("period_usage", op_period_usage)
-register("witness", op_witness)
-register("check_witness", op_check_witness)

@@ -1,4 +1,4 @@
-"""Whether a release's actual figure is physically possible (issue 17; API.md "Additions").
+"""Whether a release's actual figure is physically possible (API.md "Additions").
 
 A release charges its actual figure for good (§6.2): a figure typed ×1000 too large would
 leave its team queueing `limit_reached` for the rest of the period. With a ceiling
@@ -49,7 +49,7 @@ def physical_bound_uj(devices: int, ceiling_w: int, elapsed_ms: int) -> int:
 def check_release(
     pool: Pool, claim_id: str, actual_uj: int, ceiling_w: int | None
 ) -> Finding | None:
-    """A reason to doubt `actual_uj` for `claim_id`, or None (issue 17, API.md "Additions").
+    """A reason to doubt `actual_uj` for `claim_id`, or None (API.md "Additions").
 
     A claim the ledger does not hold as running is not judged here: the release itself
     answers `unknown_claim` or `already_released`, as it always has.

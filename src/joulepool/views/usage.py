@@ -1,5 +1,5 @@
 """Usage as every surface reports it: each entitlement's own figures and, for an interior
-node, its subtree's totals beside them (API.md "Usage fields"; issue 17, `pool usage`).
+node, its subtree's totals beside them (API.md "Usage fields"; `pool usage`).
 
 Admission compares each node's own figures (DESIGN.md §3): a claim filed at a leaf moves the
 leaf's figures, not its parent's. A parent's own row therefore reads 0 while its teams spend;

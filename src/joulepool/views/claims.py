@@ -1,5 +1,5 @@
 """What an operator asks of claims: which are running per team, where one stands, and
-whether one would admit now (issue 17: `pool claims`, `pool claim`, `pool admit --dry-run`).
+whether one would admit now (`pool claims`, `pool claim`, `pool admit --dry-run`).
 
 Everything here reads; nothing is written. A claim's shape is API.md's `GET /v1/claims/{id}`
 answer, built by `claim_json` for the CLI and the HTTP service alike.
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def closest_ids(tree: Tree, name: str, count: int = 3) -> list[str]:
-    """The entitlement ids nearest `name` in spelling, nearest first (issue 17)."""
+    """The entitlement ids nearest `name` in spelling, nearest first."""
     return difflib.get_close_matches(name, [e.id for e in tree], n=count, cutoff=0.6)
 
 
@@ -36,7 +36,7 @@ def did_you_mean(tree: Tree, name: str) -> str:
 
 
 def require_entitlement(tree: Tree, name: str, where: str) -> None:
-    """Refuse an id the tree does not hold, naming the closest ones (issue 17)."""
+    """Refuse an id the tree does not hold, naming the closest ones."""
     if name not in tree:
         raise InvalidInput(where, f"no entitlement {name!r} in the tree{did_you_mean(tree, name)}")
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from joulepool.conformance.execute import exec_bytes
 from joulepool.errors import InvalidInput
-from joulepool.execute import exec_bytes
 from joulepool.jsonio import loads_strict
 
 _VECTOR_KEYS = {"section", "must", "title", "case", "expect"}

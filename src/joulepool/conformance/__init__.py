@@ -1,0 +1,1 @@
+"""The JSON face of every decision: `pool exec` and the vector runner (CONFORMANCE.md)."""
