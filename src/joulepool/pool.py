@@ -195,9 +195,8 @@ class Pool:
         # damaged ledger, and not by replaying one shorter than what was acknowledged.
         refuse_rollback(store, [*acknowledged, *marks])
         self.started_from = start[0].length if start is not None else 0
-        seal_with = getattr(store, "seal_with", None)
-        if seal_with is not None and not read_only:
-            seal_with(key.public_key)
+        if (shared := store.shared) is not None and not read_only:
+            shared.seal_with(key.public_key)
         index = claims
         if start is None and claims is not None:
             if read_only:
@@ -244,11 +243,11 @@ class Pool:
                 if snap.length != length:
                     raise SnapshotRefused(f"it holds length {snap.length}, not its name's")
                 copy = decode_copy(snap)
-                resume = getattr(store, "resume", None)
-                if copy.bounds is not None and resume is not None:
+                offsets = store.offsets
+                if copy.bounds is not None and offsets is not None:
                     # A ledger file is read from where the snapshot ends, once the bytes
                     # there are the entry whose address is the snapshot's head.
-                    resume(snap.length, *copy.bounds, snap.head)
+                    offsets.resume(snap.length, *copy.bounds, snap.head)
                 if snap.length > len(store):
                     marks.append(Mark(f"its {where}", HighWater(snap.length, snap.head)))
                     continue
@@ -293,18 +292,18 @@ class Pool:
         if self.read_only:
             raise StoreError("a read-only pool seals nothing, so rotates no key")
         with self._commit_lock:
-            record = getattr(self.store, "record_rotation", None)
-            if record is not None:
+            shared = self.store.shared
+            if shared is not None:
                 self.catch_up()  # the statement starts at the shared ledger's length
             length = self._replayer.length
-            if record is not None and incoming_key is not None:
-                record(incoming_key, length)
+            if shared is not None and incoming_key is not None:
+                shared.record_rotation(incoming_key, length)
             try:
                 incoming = put_in_force(length)
             except BaseException:
-                if record is not None and incoming_key is not None:
+                if shared is not None and incoming_key is not None:
                     try:
-                        record(self.key.public_key, length)
+                        shared.record_rotation(self.key.public_key, length)
                     except PoolError as exc:
                         # Every replica now refuses to seal: safe, and the next try of the
                         # same rotation finds its record already made.
@@ -675,9 +674,9 @@ class Pool:
         # Under the commit lock: copies at C speed, so the lock is held for no encoding,
         # signing or writing; those run after, off the admission path.
         copy = capture(self.state)
-        bounds = getattr(self.store, "bounds", None)
-        if bounds is not None and copy.length > 0:
-            copy = copy._replace(bounds=bounds(copy.length - 1))
+        offsets = self.store.offsets
+        if offsets is not None and copy.length > 0:
+            copy = copy._replace(bounds=offsets.bounds(copy.length - 1))
         head, key, at_ms = self._replayer.head, self.key, self.now_ms()
         schedule, folder = self.state.schedule, self._snapshots
         assert folder is not None

@@ -1,4 +1,4 @@
-"""Two `pool serve` replicas on one PostgreSQL ledger (issue 5, DESIGN.md §6): concurrent
+"""Two `pool serve` replicas on one PostgreSQL ledger (DESIGN.md §6): concurrent
 clients spread over both get linearizable decisions. No two admissions are told one index,
 the exported ledger verifies with `pool ledger verify` and re-decides serially to the same
 admissions, and each replica reports exactly the usage that ledger replays to."""

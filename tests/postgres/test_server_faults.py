@@ -1,10 +1,10 @@
 """PostgreSQL restarted, crashed, unreachable or cut off mid-append, through `pool serve`
-(issue 6, DESIGN.md §6).
+(DESIGN.md §6).
 
 A client gets an error or a verdict whose entry is committed, never a verdict that is not;
 no entry is written twice; each replica recovers by itself, with no restart. A real server
 (tests/pg.py) and a real relay that cuts the connection around a COMMIT; nothing mocked.
-Store- and Pool-level counterparts: tests/stores/test_postgres_store.py
+Store- and Pool-level counterparts: tests/postgres/test_store.py
 (test_a_commit_lost_before_the_server_got_it_is_unknown_then_absent,
 test_a_commit_whose_answer_was_lost_landed_exactly_once,
 test_a_pool_whose_commit_outcome_is_unknown_never_answers_falsely,

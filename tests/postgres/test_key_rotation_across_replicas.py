@@ -1,4 +1,4 @@
-"""Issue 16, key rotation with PostgreSQL replicas (DESIGN.md §4): the ledger records the
+"""Key rotation with PostgreSQL replicas (DESIGN.md §4): the ledger records the
 steward key in force, so a replica that missed a rotation seals nothing after it, and the
 ledger verifies under its rotation statements whatever the replicas did."""
 

@@ -1,20 +1,19 @@
-"""PostgreSQL replicas at a trust boundary (issue 14): bounded waits, one configuration,
-and a readiness probe that sees the database.
+"""PostgreSQL replicas at a trust boundary (DESIGN.md §6): bounded waits, one
+configuration, and a readiness probe that sees the database.
 
 - A replica frozen (SIGSTOP) inside its transaction, holding the ledger's advisory lock,
-  used to stall every other replica for 60 s (PostgreSQL's idle-in-transaction timeout,
-  behind a 30 s lock timeout). Now it costs the others about `idle_in_transaction_s` (5 s):
-  PostgreSQL ends the frozen session, the waiting replica gets the lock and answers; when
-  the frozen one wakes its transaction is gone (`ledger_fenced`, nothing written), it
-  acknowledges nothing it could not commit, and catches up by itself.
-- Replicas whose pool.toml differ used to decide under different trees unnoticed. The
-  digest of the deciding configuration is recorded per ledger and checked in every append's
-  transaction: a replica with another digest refuses to decide (`config_mismatch`) and
-  `/readyz` names both digests; a SIGHUP with a changed pool.toml records the new one.
-- `/readyz` said ready while PostgreSQL was down or unreachable: now a bounded round trip.
+  costs the others about `idle_in_transaction_s` (5 s), not PostgreSQL's default
+  idle-in-transaction timeout: PostgreSQL ends the frozen session, the waiting replica gets
+  the lock and answers; when the frozen one wakes its transaction is gone (`ledger_fenced`,
+  nothing written), it acknowledges nothing it could not commit, and catches up by itself.
+- Replicas whose pool.toml differ never decide under different trees: the digest of the
+  deciding configuration is recorded per ledger and checked in every append's transaction,
+  a replica with another digest refuses to decide (`config_mismatch`) and `/readyz` names
+  both digests; a SIGHUP with a changed pool.toml records the new one.
+- `/readyz` is a bounded round trip to PostgreSQL: never ready while it is down or silent.
 
 Real `pool serve` processes, a real PostgreSQL server (tests/pg.py); nothing mocked.
-Store-level counterparts: tests/stores/test_postgres_store.py.
+Store-level counterparts: tests/postgres/test_store.py.
 """
 
 from __future__ import annotations

@@ -592,7 +592,7 @@ def test_s6_1_a_database_from_before_the_record_gains_its_table(
         assert high is not None and high.length == 2
 
 
-# -- bounded waits, fencing, one configuration, the readiness probe (issue 14) -----------------
+# -- bounded waits, fencing, one configuration, the readiness probe -------------------------
 
 
 def test_every_session_bounds_its_waits(pg_dsn: str, pg_ledger: str) -> None:

@@ -1,7 +1,7 @@
-"""Issue 16, "the PostgreSQL store keeps its snapshots in the database": `pool serve
---postgres` seals state snapshots into a table beside the ledger's entries, a restart folds
-only the tail after the newest that checks out, and a damaged one is skipped, never trusted
-in part (DESIGN.md §4)."""
+"""The PostgreSQL store keeps its snapshots in the database: `pool serve --postgres` seals
+state snapshots into a table beside the ledger's entries, a restart folds only the tail
+after the newest that checks out, and a damaged one is skipped, never trusted in part
+(DESIGN.md §4)."""
 
 from __future__ import annotations
 
