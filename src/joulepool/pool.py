@@ -28,6 +28,8 @@ from joulepool.estimate import Declined, Derived, Tally, decide_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
+from joulepool.ledger import SNAPSHOT_EVERY as SNAPSHOT_EVERY
+from joulepool.ledger import SNAPSHOT_SECONDS as SNAPSHOT_SECONDS
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
@@ -50,12 +52,6 @@ from joulepool.stores.base import Store, head_at, refuse_rollback
 from joulepool.tree import EntitlementUsage, Tree
 
 log = logging.getLogger("joulepool.pool")
-
-SNAPSHOT_EVERY = 10_000
-"""Entries between state snapshots by default (DESIGN.md §4): a restart replays at most
-about this many entries after the newest snapshot."""
-SNAPSHOT_SECONDS = 300.0
-"""Seconds after which a commit seals a snapshot anyway, if any entry came since the last."""
 
 
 def wall_clock_ms() -> int:

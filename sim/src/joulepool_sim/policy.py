@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from joulepool.simulate.errors import SimulationConfigError
 from joulepool.tree import Entitlement, Tree
+from joulepool_sim.errors import SimulationConfigError
 
 ROOT = "cluster"
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from joulepool.simulate.errors import SimulationConfigError
+from joulepool_sim.errors import SimulationConfigError
 
 DEVICES_EXCEED = "devices_exceed_guarantee"
 REQUEST_EXCEEDS = "request_exceeds_budget"

@@ -41,8 +41,8 @@ from pathlib import Path
 
 from joulepool.grade import Energy, Grade
 from joulepool.meters.tdp import tdp_energy
-from joulepool.simulate.errors import SimulationInputError
-from joulepool.simulate.trace import US_PER_S, TraceJob
+from joulepool_sim.errors import SimulationInputError
+from joulepool_sim.trace import US_PER_S, TraceJob
 
 _KEY = re.compile(r"^\('(?P<job_type>.+)', (?P<gpus>\d+)\)$")
 _ZEUS_HEADER = [

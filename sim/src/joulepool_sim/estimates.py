@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from joulepool.grade import Energy, Grade
-from joulepool.simulate.energy import ModelledJob
-from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.trace import TraceJob
+from joulepool_sim.energy import ModelledJob
+from joulepool_sim.errors import SimulationConfigError
+from joulepool_sim.trace import TraceJob
 
 QUANTUM = 1024
 """The multiplier's resolution: 1/1024, so a figure never carries a float's last bits."""

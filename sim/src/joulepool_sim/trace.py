@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from joulepool.simulate.errors import SimulationInputError
+from joulepool_sim.errors import SimulationInputError
 
 FIELDS = 7
 US_PER_S = 1_000_000

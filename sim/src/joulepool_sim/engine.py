@@ -47,11 +47,11 @@ from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair
 from joulepool.periods import NONE, Schedule
 from joulepool.pool import Pool
-from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.estimates import SimJob
-from joulepool.simulate.gpu_hours import DEVICES_HELD, GpuTimeQuota
 from joulepool.stores.memory import MemoryStore
 from joulepool.tree import Tree
+from joulepool_sim.errors import SimulationConfigError
+from joulepool_sim.estimates import SimJob
+from joulepool_sim.gpu_hours import DEVICES_HELD, GpuTimeQuota
 
 STEWARD = "pool-simulate"
 GUESS = "guess"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from joulepool.simulate.evaluation import Evaluation
+    from joulepool_sim.evaluation import Evaluation
 
 BASELINES_PNG = "evaluation-baselines.png"
 PERIODS_PNG = "evaluation-periods.png"
@@ -37,7 +37,7 @@ def _pyplot() -> Any:
 
 def plot_baselines(ev: Evaluation, path: Path) -> None:
     """Per budget and policy: jobs completed and energy over budget, median with min–max."""
-    from joulepool.simulate.evaluation import POLICY_ORDER
+    from joulepool_sim.evaluation import POLICY_ORDER
 
     plt = _pyplot()
     budgets = ev.settings.budgets_uj
@@ -114,7 +114,7 @@ def plot_earned(ev: Evaluation, path: Path) -> None:
 
 def plot_utilisation(ev: Evaluation, path: Path) -> None:
     """Cluster GPU utilisation over time under each policy, focus cell."""
-    from joulepool.simulate.evaluation import POLICY_ORDER
+    from joulepool_sim.evaluation import POLICY_ORDER
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 3.2), dpi=100)

@@ -1,15 +1,18 @@
 """`pool simulate`: replay cluster traces under pool/1 and three baselines, seeds × budgets.
 
 Writes `evaluation.md` and its PNG figures into `--out`, and prints a per-VC summary (or
-the figures as JSON with `--json`). The default data folder is the one
-shipped inside the package (`joulepool/data/traces`, with its licences), whatever the
-working folder.
+the figures as JSON with `--json`). The default data folder is the one shipped inside this
+distribution (`joulepool_sim/data/traces`, with its licences), whatever the working folder.
+
+joulepool-sim declares `run` under the `joulepool.commands` entry point, so `pool simulate
+...` hands it its arguments; the `joulepool-sim` console script is the same command.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,10 +66,10 @@ def _fraction(text: str) -> Fraction:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from joulepool.simulate.errors import SimulationConfigError
-    from joulepool.simulate.evaluation import POLICY_ORDER, Settings, evaluate
-    from joulepool.simulate.plots import write_plots
-    from joulepool.simulate.report import TITLES, evaluation_json, gj, write_report
+    from joulepool_sim.errors import SimulationConfigError
+    from joulepool_sim.evaluation import POLICY_ORDER, Settings, evaluate
+    from joulepool_sim.plots import write_plots
+    from joulepool_sim.report import TITLES, evaluation_json, gj, write_report
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -143,9 +146,10 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `pool simulate`."""
-    from joulepool.simulate.evaluation import (
+def build_parser(prog: str = "pool simulate") -> argparse.ArgumentParser:
+    """The parser of `pool simulate`, each option's default in its help (DESIGN.md §5)."""
+    from joulepool.cli import DefaultsShown
+    from joulepool_sim.evaluation import (
         DEFAULT_BUDGETS_UJ,
         DEFAULT_DATA_DIR,
         DEFAULT_GPUS,
@@ -154,15 +158,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         DEFAULT_TDP_W,
     )
 
-    p = sub.add_parser(
-        "simulate",
-        help="replay cluster traces under pool/1 and three baselines; write a report",
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Replay cluster traces under pool/1 and three baselines; write a report.",
+        formatter_class=DefaultsShown,
     )
     p.add_argument(
         "--data-dir",
         default=str(DEFAULT_DATA_DIR),
         metavar="DIR",
-        help="the traces folder (default: the traces shipped with joulepool, seeds 0-2)",
+        help="the traces folder (default: the traces shipped with joulepool-sim, seeds 0-2)",
     )
     p.add_argument(
         "--seeds",
@@ -224,4 +229,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--out", default="docs", metavar="DIR", help="where to write the report (docs)")
     add_json(p)
-    p.set_defaults(handler=_simulate)
+    return p
+
+
+def run(argv: Sequence[str]) -> int:
+    """`pool simulate ARGS...`: the `joulepool.commands` entry point (DESIGN.md §5).
+
+    A refusal is raised as `PoolError`, for the `pool` command to print as one line.
+    """
+    return _simulate(build_parser().parse_args(list(argv)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `joulepool-sim` console script: `pool simulate` under its own name (DESIGN.md §5)."""
+    from joulepool.cli import main as pool_main
+
+    return pool_main(["simulate", *(sys.argv[1:] if argv is None else argv)])

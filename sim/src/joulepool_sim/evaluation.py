@@ -22,14 +22,14 @@ from fractions import Fraction
 from pathlib import Path
 
 from joulepool.periods import DAY_MS, Schedule
-from joulepool.simulate.energy import (
+from joulepool_sim.energy import (
     EnergyModel,
     ModelledJob,
     Unmodelled,
     read_power_profiles,
     read_throughputs,
 )
-from joulepool.simulate.engine import (
+from joulepool_sim.engine import (
     EARNED,
     GUESS,
     GpuTimeAdmission,
@@ -37,10 +37,10 @@ from joulepool.simulate.engine import (
     Run,
     replay_trace,
 )
-from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.estimates import ErrorModel, SimJob, simulated
-from joulepool.simulate.gpu_hours import GpuTimeQuota
-from joulepool.simulate.policy import (
+from joulepool_sim.errors import SimulationConfigError
+from joulepool_sim.estimates import ErrorModel, SimJob, simulated
+from joulepool_sim.gpu_hours import GpuTimeQuota
+from joulepool_sim.policy import (
     device_limits,
     device_only_policy,
     gpu_time_budgets,
@@ -48,11 +48,11 @@ from joulepool.simulate.policy import (
     pool1_policy,
     split_in_proportion,
 )
-from joulepool.simulate.summary import Summary, summarise
-from joulepool.simulate.trace import read_trace, read_vc_sizes
+from joulepool_sim.summary import Summary, summarise
+from joulepool_sim.trace import read_trace, read_vc_sizes
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
-"""The traces shipped inside the package (data/traces/README.md lists them, with their
+DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data" / "traces"
+"""The traces shipped inside joulepool-sim (data/traces/README.md lists them, with their
 licences): found beside this module, never relative to the working folder, so
 `pool simulate` runs from a fresh clone anywhere. Seeds 0, 1 and 2 ship."""
 DEFAULT_SAMPLE = 4

@@ -32,7 +32,7 @@ from fractions import Fraction
 from joulepool.events import Admitted, Released
 from joulepool.grade import Grade
 from joulepool.ledger.replay import Replayer
-from joulepool.simulate.engine import EARNED, GUESS, JobOutcome, PoolAdmission, Run
+from joulepool_sim.engine import EARNED, GUESS, JobOutcome, PoolAdmission, Run
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from joulepool.simulate.evaluation import (
+from joulepool_sim.evaluation import (
     DEFAULT_DATA_DIR,
     POLICY_ORDER,
     Cell,
     Evaluation,
     Settings,
 )
-from joulepool.simulate.plots import BASELINES_PNG, EARNED_PNG, PERIODS_PNG, UTILISATION_PNG
-from joulepool.simulate.summary import Percentile, Summary
+from joulepool_sim.plots import BASELINES_PNG, EARNED_PNG, PERIODS_PNG, UTILISATION_PNG
+from joulepool_sim.summary import Percentile, Summary
 
 REPORT_MD = "evaluation.md"
 UJ_PER_GJ = 10**15
@@ -134,7 +134,7 @@ def command(settings: Settings, out: Path) -> str:
 def shown_path(path: Path) -> str:
     """A data path as a reader finds it: under the shipped traces, relative to the package."""
     try:
-        return str(Path("joulepool/data/traces") / path.relative_to(DEFAULT_DATA_DIR))
+        return str(Path("joulepool_sim/data/traces") / path.relative_to(DEFAULT_DATA_DIR))
     except ValueError:
         return str(path)
 
@@ -435,7 +435,8 @@ def render(ev: Evaluation, out: Path) -> str:
         f"{len(s.budgets_uj)} budgets.",
         "",
         "Regenerate it, from a fresh clone after `make .venv/.joulepool-installed` (the "
-        "traces ship inside the package, `src/joulepool/data/traces/`):",
+        "traces ship inside the joulepool-sim distribution, "
+        "`sim/src/joulepool_sim/data/traces/`):",
         "",
         "```",
         command(s, out),
