@@ -6,8 +6,9 @@ For ledgers of 200,000 and 2,000,000 entries (BENCH_RESTART_SIZES overrides, e.g
 - ready_from_snapshot_s_*: a real `pool serve` from spawn to /readyz answering 200, with the
   snapshot and the claim index beside the ledger (it verifies and folds only the tail);
 - full_replay_s_*: the same with the snapshot moved away (it verifies and folds everything);
-- ready_from_snapshot_cpu_s_*, full_replay_cpu_s_*: CPU seconds the serving process used
-  until it was ready (user plus system), the figure a busy machine stretches least;
+- ready_from_snapshot_cpu_s_*, full_replay_cpu_s_*: CPU seconds the serving process and
+  the workers that verified its ledger used until it was ready (user plus system), the
+  figure a busy machine stretches least;
 - serve_rss_mb_*: peak resident memory (VmHWM) of that serving process, started from the
   snapshot, once ready;
 - verify_rss_mb_*: peak resident memory of `pool ledger verify` over the deployment (a full
@@ -114,10 +115,11 @@ def vm_hwm_mb(pid: int) -> float:
 
 
 def cpu_s(pid: int) -> float:
-    """User plus system CPU seconds the process has used: what a start costs whatever else
-    the machine is doing, beside the wall time that a shared machine stretches."""
+    """User plus system CPU seconds the process has used, with the children it waited for
+    (the workers that verified its ledger): what a start costs whatever else the machine is
+    doing, beside the wall time that a shared machine stretches."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def serve_ready(folder: Path) -> tuple[float, float, float]:
