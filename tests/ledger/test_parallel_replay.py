@@ -4,6 +4,13 @@ wherever in the stream (across batch boundaries too)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 import joulepool.ledger.replay as replay_module
@@ -89,3 +96,47 @@ def test_workers_0_verifies_in_processes_only_where_there_are_enough_entries(
     monkeypatch.setattr(replay_module, "_replay_parallel", spy)
     assert outcome(entries, workers=0) == serial
     assert bool(parallel) == (length >= PARALLEL_FROM)
+
+
+BUSY_STDERR = textwrap.dedent(
+    """
+    import io, os, sys, threading
+    from joulepool.ledger.replay import replay
+    from tests.ledgers import STEWARD, admitted, seal_all
+
+    entries = seal_all([admitted(f"c{i}", "a", 1) for i in range(600)])
+    sink = io.FileIO(os.open(os.devnull, os.O_WRONLY), "w")
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(sink), line_buffering=True)
+
+    def log_lines() -> None:
+        while True:
+            sys.stderr.write("a line of the access log" + os.linesep)
+
+    threading.Thread(target=log_lines, daemon=True).start()
+    for _ in range(5):
+        assert replay(entries, STEWARD.kid, STEWARD.public_key, workers=2).length == 600
+    print("replayed", file=sys.__stdout__, flush=True)
+    os._exit(0)
+    """
+)
+
+
+def test_workers_forked_while_another_thread_writes_to_stderr_still_finish() -> None:
+    """`pool serve` verifies its ledger in forked workers while its event loop writes the
+    access log: a worker must not inherit that stream's lock and hang on its way out."""
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.Popen(
+        [sys.executable, "-c", BUSY_STDERR],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = run.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)  # the workers too, hung or not
+        run.communicate()
+        pytest.fail("a worker hung: replay with workers never returned")
+    assert out.strip() == "replayed", err

@@ -19,6 +19,7 @@ import itertools
 import multiprocessing
 import operator
 import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -313,7 +314,9 @@ def _replay_parallel(
     # here, since the fold needs the core anyway and shipping decoded cores back costs more
     # than decoding; so each entry crosses to a worker and back once, as bytes and a verdict.
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as executor:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_own_std_streams
+    ) as executor:
         pending: deque[tuple[list[Envelope], Refusal | None, Future[int | None]]] = deque()
         source = _batches(entries, replayer.keys, replayer.length, stops)
         exhausted = False
@@ -346,6 +349,16 @@ def _replay_parallel(
                 stop(replayer)
             if progress is not None:
                 progress(replayer.length)
+
+
+def _own_std_streams() -> None:
+    # A fork copies only the thread that forked. `pool serve` replays beside its event loop,
+    # whose thread may be inside a write to standard error at that instant: the worker would
+    # then inherit that stream's lock held by a thread it does not have, and hang for ever
+    # in the flush every worker makes on its way out. A worker writes nothing; it is given
+    # streams of its own.
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - open until the worker exits
+    sys.stderr = sys.stdout
 
 
 def _open_batch(batch: list[bytes], steward: str) -> tuple[list[Envelope], Refusal | None]:
