@@ -8,11 +8,13 @@ CONSTRAINTS ?=
 
 .PHONY: run test lint typecheck conformance bench clean
 
-$(STAMP): pyproject.toml
+# Everything, to run and test it all: the controller with every extra its tests drive, and
+# the simulator's own distribution (sim/), both editable.
+$(STAMP): pyproject.toml sim/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "joulepool needs Python 3.11 or newer; set PYTHON=python3.11")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+	$(BIN)/python -m pip install -q -e '.[test]' -e ./sim $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	touch $(STAMP)
 
 run: $(STAMP)

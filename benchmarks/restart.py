@@ -14,7 +14,12 @@ For ledgers of 200,000 and 2,000,000 entries (BENCH_RESTART_SIZES overrides, e.g
 - serve_rss_mb_*: peak resident memory (VmHWM) of that serving process, started from the
   snapshot, once ready;
 - verify_rss_mb_*: peak resident memory of `pool ledger verify` over the deployment (a full
-  verification from entry 0, duplicates checked through an on-disk index).
+  verification from entry 0, duplicates checked through an on-disk index);
+- import_s: what every `pool` command imports before it runs (`import joulepool.cli` and
+  building its parser), the best wall time of several fresh interpreters; beside it
+  import_cli_module_s (`import joulepool.cli` alone) and python_start_s (`python -c pass`),
+  the interpreter's own start, included in both. BENCH_RESTART_SIZES= (empty) measures
+  only these.
 
 The ledgers are built once and cached under .cache/bench/ (benchmarks/ledgers.py).
 """
@@ -48,7 +53,7 @@ from joulepool.stores.highwater import HighWaterFile, record_path
 from joulepool.tree import Entitlement, Tree
 from ledgers import CACHE, KEY, ledger_file
 
-SIZES = [int(s) for s in os.environ.get("BENCH_RESTART_SIZES", "200000,2000000").split(",")]
+SIZES = [int(s) for s in os.environ.get("BENCH_RESTART_SIZES", "200000,2000000").split(",") if s]
 TAIL = int(os.environ.get("BENCH_RESTART_TAIL", "10000"))
 FULL = os.environ.get("BENCH_RESTART_FULL", "1") != "0"
 """BENCH_RESTART_FULL=0 skips the full replay and the full verification (the slow parts)."""
@@ -164,10 +169,27 @@ def verify_rss(folder: Path) -> float:
     return usage.ru_maxrss / 1024
 
 
+IMPORT_ROUNDS = 7
+"""Fresh interpreters per import figure; the best is kept, the one least stretched by load."""
+
+
+def import_seconds(code: str) -> float:
+    """The best wall time of `python -c code` over IMPORT_ROUNDS fresh interpreters."""
+    best = float("inf")
+    for _ in range(IMPORT_ROUNDS):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        best = min(best, time.perf_counter() - start)
+    return round(best, 4)
+
+
 def main() -> None:
     # A shared machine stretches wall times: its load is reported beside them, and the CPU
     # seconds each start used (`*_cpu_s_*`) are the figure another machine can compare.
     out: dict[str, object] = {"tail_entries": TAIL, "load_average_1m": os.getloadavg()[0]}
+    out["import_s"] = import_seconds("import joulepool.cli; joulepool.cli.build_parser()")
+    out["import_cli_module_s"] = import_seconds("import joulepool.cli")
+    out["python_start_s"] = import_seconds("pass")
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
         for n in SIZES:
             folder = deployment(n, Path(tmp))

@@ -143,3 +143,14 @@ class ClaimError(PoolError):
     def __init__(self, code: str, detail: str) -> None:
         super().__init__(detail)
         self.code = code
+
+
+class MissingExtra(PoolError):
+    """A command reached a part of joulepool whose optional packages are not installed."""
+
+    code = "missing_extra"
+
+    def __init__(self, needed_by: str, what: str, install: str, reason: str) -> None:
+        super().__init__(f"{needed_by} needs {what} ({reason}): {install}")
+        self.needed_by = needed_by
+        self.install = install

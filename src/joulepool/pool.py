@@ -28,6 +28,8 @@ from joulepool.estimate import Declined, Derived, Tally, decide_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
+from joulepool.ledger import SNAPSHOT_EVERY as SNAPSHOT_EVERY
+from joulepool.ledger import SNAPSHOT_SECONDS as SNAPSHOT_SECONDS
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
@@ -50,12 +52,6 @@ from joulepool.stores.base import Store, head_at, refuse_rollback
 from joulepool.tree import EntitlementUsage, Tree
 
 log = logging.getLogger("joulepool.pool")
-
-SNAPSHOT_EVERY = 10_000
-"""Entries between state snapshots by default (DESIGN.md §4): a restart replays at most
-about this many entries after the newest snapshot."""
-SNAPSHOT_SECONDS = 300.0
-"""Seconds after which a commit seals a snapshot anyway, if any entry came since the last."""
 
 
 def wall_clock_ms() -> int:
@@ -199,9 +195,8 @@ class Pool:
         # damaged ledger, and not by replaying one shorter than what was acknowledged.
         refuse_rollback(store, [*acknowledged, *marks])
         self.started_from = start[0].length if start is not None else 0
-        seal_with = getattr(store, "seal_with", None)
-        if seal_with is not None and not read_only:
-            seal_with(key.public_key)
+        if (shared := store.shared) is not None and not read_only:
+            shared.seal_with(key.public_key)
         index = claims
         if start is None and claims is not None:
             if read_only:
@@ -248,11 +243,11 @@ class Pool:
                 if snap.length != length:
                     raise SnapshotRefused(f"it holds length {snap.length}, not its name's")
                 copy = decode_copy(snap)
-                resume = getattr(store, "resume", None)
-                if copy.bounds is not None and resume is not None:
+                offsets = store.offsets
+                if copy.bounds is not None and offsets is not None:
                     # A ledger file is read from where the snapshot ends, once the bytes
                     # there are the entry whose address is the snapshot's head.
-                    resume(snap.length, *copy.bounds, snap.head)
+                    offsets.resume(snap.length, *copy.bounds, snap.head)
                 if snap.length > len(store):
                     marks.append(Mark(f"its {where}", HighWater(snap.length, snap.head)))
                     continue
@@ -297,18 +292,18 @@ class Pool:
         if self.read_only:
             raise StoreError("a read-only pool seals nothing, so rotates no key")
         with self._commit_lock:
-            record = getattr(self.store, "record_rotation", None)
-            if record is not None:
+            shared = self.store.shared
+            if shared is not None:
                 self.catch_up()  # the statement starts at the shared ledger's length
             length = self._replayer.length
-            if record is not None and incoming_key is not None:
-                record(incoming_key, length)
+            if shared is not None and incoming_key is not None:
+                shared.record_rotation(incoming_key, length)
             try:
                 incoming = put_in_force(length)
             except BaseException:
-                if record is not None and incoming_key is not None:
+                if shared is not None and incoming_key is not None:
                     try:
-                        record(self.key.public_key, length)
+                        shared.record_rotation(self.key.public_key, length)
                     except PoolError as exc:
                         # Every replica now refuses to seal: safe, and the next try of the
                         # same rotation finds its record already made.
@@ -679,9 +674,9 @@ class Pool:
         # Under the commit lock: copies at C speed, so the lock is held for no encoding,
         # signing or writing; those run after, off the admission path.
         copy = capture(self.state)
-        bounds = getattr(self.store, "bounds", None)
-        if bounds is not None and copy.length > 0:
-            copy = copy._replace(bounds=bounds(copy.length - 1))
+        offsets = self.store.offsets
+        if offsets is not None and copy.length > 0:
+            copy = copy._replace(bounds=offsets.bounds(copy.length - 1))
         head, key, at_ms = self._replayer.head, self.key, self.now_ms()
         schedule, folder = self.state.schedule, self._snapshots
         assert folder is not None

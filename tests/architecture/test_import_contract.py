@@ -32,8 +32,6 @@ MAY_IMPORT: dict[str, set[str]] = {
     "meters": {PURE},
     "bridges": {PURE, "meters", "views"},
     "service": {PURE, LEDGER, STORES, POOL, "conformance", "deployment", "views", "meters"},
-    # Leaves the controller for its own distribution (DESIGN.md §5).
-    "simulate": {PURE, LEDGER, STORES, POOL, "meters", "cli"},
 }
 """For each part, the other parts it may import; a part not listed here (the CLI, the
 package's entry points) may import any."""

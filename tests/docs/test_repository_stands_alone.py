@@ -1,6 +1,7 @@
-"""Issue 17, "the repository stands alone": the standard, the design notes, the HTTP API and
-the conformance format are inside the repository, the API page lists exactly what the
-service serves, and nothing points outside the checkout."""
+"""The repository stands alone: the standard, the design notes, the HTTP API and the
+conformance format are inside the repository, the API page lists exactly what the service
+serves, the simulator's traces ship with their licences, and nothing points outside the
+checkout."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from joulepool.service.app import Service, create_app
 from joulepool.service.tokens import TokenBook
-from joulepool.simulate.evaluation import DEFAULT_DATA_DIR
+from joulepool_sim.evaluation import DEFAULT_DATA_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -57,7 +58,7 @@ def test_issue17_the_standard_ships_with_its_licence_and_attribution() -> None:
 
 def test_issue17_nothing_points_outside_the_repository() -> None:
     offenders = []
-    for root in ("README.md", "docs", "src", "tests", "benchmarks"):
+    for root in ("README.md", "docs", "src", "sim", "tests", "benchmarks"):
         base = REPO / root
         files = [base] if base.is_file() else sorted(base.rglob("*"))
         for f in files:
@@ -72,14 +73,15 @@ def test_issue17_nothing_points_outside_the_repository() -> None:
     assert offenders == []
 
 
-def test_issue17_simulate_traces_ship_inside_the_package_with_licences() -> None:
+def test_simulate_traces_ship_inside_joulepool_sim_with_licences() -> None:
     assert DEFAULT_DATA_DIR.is_absolute()
+    assert DEFAULT_DATA_DIR == REPO / "sim" / "src" / "joulepool_sim" / "data" / "traces"
     assert (DEFAULT_DATA_DIR / "philly-gavel" / "seed0").is_dir()
     for source in ("philly-gavel", "helios-vc", "zeus-power"):
         assert (DEFAULT_DATA_DIR / source / "LICENSE").is_file(), source
 
 
-def test_issue17_pool_simulate_runs_from_any_working_folder(tmp_path: Path) -> None:
+def test_pool_simulate_runs_from_any_working_folder(tmp_path: Path) -> None:
     import json
     import subprocess
     import sys
@@ -105,5 +107,5 @@ def test_issue17_pool_simulate_runs_from_any_working_folder(tmp_path: Path) -> N
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["trace"] == "joulepool/data/traces/philly-gavel/seed0"
+    assert json.loads(r.stdout)["trace"] == "joulepool_sim/data/traces/philly-gavel/seed0"
     assert (tmp_path / "report" / "evaluation.md").is_file()

@@ -7,7 +7,10 @@
   `npm ci` into tests/interop/node/node_modules. Its CBOR library, cbor-x, has an optional
   native speed-up, cbor-extract; package.json overrides that to 2.2.2, the newest release
   whose per-platform packages the registry holds (2.2.3's are missing there, and a lock
-  without them fails `npm ci`), and `npm ci --omit=optional` leaves it out anyway.
+  without them fails `npm ci`), and `npm ci --omit=optional` leaves it out anyway;
+- aics-tlog 0.2.1 (C2SP checkpoints, tiles and proofs) in a virtual environment of its own
+  under .cache/interop/, installed with `pip install --ignore-requires-python`: it declares
+  Python 3.12 but installs and runs on 3.11.
 
 Each is built once and reused: a file lock keeps two test sessions from building at once,
 and a stamp written last marks a build as complete. Both are driven through a subprocess
@@ -101,26 +104,27 @@ class Pycose:
         return {str(k): str(v) for k, v in versions.items()}
 
 
-def pycose() -> Pycose:
-    """The pycose environment, built on first use under .cache/interop/pycose-venv."""
-    env = CACHE / "pycose-venv"
+def _python_env(name: str, requirements: tuple[str, ...], pip_flags: tuple[str, ...] = ()) -> Path:
+    """The Python of a virtual environment with `requirements` installed, built on first use
+    under .cache/interop/<name>-venv, or `Unavailable` naming what to install."""
+    env = CACHE / f"{name}-venv"
     python = env / "bin" / "python"
     stamp = env / ".joulepool-ready"
-    wanted = "\n".join(PYCOSE_REQUIREMENTS)
-    with _locked("pycose"):
+    wanted = "\n".join((*requirements, *pip_flags))
+    with _locked(name):
         if stamp.exists() and python.exists() and stamp.read_text() == wanted:
-            return Pycose(python)
+            return python
         shutil.rmtree(env, ignore_errors=True)
         try:
             venv.create(env, with_pip=True, clear=True)
         except (subprocess.CalledProcessError, OSError) as exc:
             shutil.rmtree(env, ignore_errors=True)
             raise Unavailable(
-                f"needs Python's venv with ensurepip to build pycose's environment "
+                f"needs Python's venv with ensurepip to build {name}'s environment "
                 f"(apt-get install python3-venv): {exc}"
             ) from None
         out = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", *PIP_QUIET, *PYCOSE_REQUIREMENTS],
+            [str(python), "-m", "pip", "install", "-q", *PIP_QUIET, *pip_flags, *requirements],
             capture_output=True,
             text=True,
             timeout=INSTALL_TIMEOUT_S,
@@ -129,11 +133,16 @@ def pycose() -> Pycose:
         if out.returncode != 0:
             shutil.rmtree(env, ignore_errors=True)
             raise Unavailable(
-                f"needs PyPI to install {' '.join(PYCOSE_REQUIREMENTS)}: pip failed: "
-                f"{_gist(out.stderr)}"
+                f"needs PyPI to `pip install {' '.join((*pip_flags, *requirements))}`: "
+                f"pip failed: {_gist(out.stderr)}"
             )
         stamp.write_text(wanted)
-    return Pycose(python)
+    return python
+
+
+def pycose() -> Pycose:
+    """The pycose environment, built on first use under .cache/interop/pycose-venv."""
+    return Pycose(_python_env("pycose", PYCOSE_REQUIREMENTS))
 
 
 class NodeCose:
@@ -192,3 +201,24 @@ def node_cose() -> NodeCose:
             )
         stamp.write_text(wanted)
     return NodeCose(node)
+
+
+# aics-tlog, a C2SP transparency-log library no one here wrote. It declares Python 3.12 but
+# installs and runs on 3.11, hence --ignore-requires-python; it needs only `cryptography`.
+AICS_TLOG_REQUIREMENTS: Final = ("aics-tlog==0.2.1",)
+AICS_TLOG_PIP_FLAGS: Final = ("--ignore-requires-python",)
+
+
+class AicsTlog:
+    """aics-tlog in its own virtual environment, driven through aics_tlog_worker.py."""
+
+    def __init__(self, python: Path) -> None:
+        self.python = python
+
+    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        return _run_json([str(self.python), str(HERE / "aics_tlog_worker.py")], request)
+
+
+def aics_tlog() -> AicsTlog:
+    """The aics-tlog environment, built on first use under .cache/interop/aics-tlog-venv."""
+    return AicsTlog(_python_env("aics-tlog", AICS_TLOG_REQUIREMENTS, AICS_TLOG_PIP_FLAGS))

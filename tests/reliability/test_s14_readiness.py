@@ -11,7 +11,7 @@
   uvicorn's log configuration), naming the entry index or the cause.
 
 Real `pool serve` processes, a real tmpfs (ENOSPC from the kernel); nothing mocked.
-PostgreSQL's counterpart: tests/reliability/test_s14_postgres_replicas.py.
+PostgreSQL's counterpart: tests/postgres/test_replicas_fenced_agreed_and_probed.py.
 """
 
 from __future__ import annotations

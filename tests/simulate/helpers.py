@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 from joulepool.grade import Energy, Grade
-from joulepool.simulate.energy import ModelledJob
-from joulepool.simulate.estimates import SimJob, job_class
-from joulepool.simulate.trace import TraceJob
+from joulepool_sim.energy import ModelledJob
+from joulepool_sim.estimates import SimJob, job_class
+from joulepool_sim.trace import TraceJob
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_TRACES = REPO / "src" / "joulepool" / "data" / "traces"
+SHARED_TRACES = REPO / "sim" / "src" / "joulepool_sim" / "data" / "traces"
 
 
 def job(

@@ -1,13 +1,17 @@
-"""`pool simulate` end to end on a tiny data folder, and its refusals of bad input."""
+"""`pool simulate` end to end on a tiny data folder, its refusals of bad input, its help, and
+the `joulepool-sim` script that is the same command."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from joulepool.cli import main
+from joulepool_sim.cli import build_parser
+from joulepool_sim.cli import main as sim_main
 from tests.simulate.helpers import trace_line, write_data
 
 R50 = "ResNet-50 (batch size 64)"
@@ -88,3 +92,31 @@ def test_a_bad_flag_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str])
         main(["simulate", "--gpus", "0"])
     assert caught.value.code == 2
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_help_states_every_default(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: no hyphen splits a default
+    with pytest.raises(SystemExit) as caught:
+        main(["simulate", "--help"])
+    assert caught.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("usage: pool simulate")
+    missing = []
+    for action in build_parser()._actions:
+        if not action.option_strings or action.default in (None, False, argparse.SUPPRESS):
+            continue
+        written = "(default:" in (action.help or "")  # spelled by hand: `6GJ,9GJ,12GJ`
+        if not written and f"default: {action.default}" not in text:
+            missing.append(action.option_strings[0])
+    assert missing == []
+
+
+def test_the_joulepool_sim_script_is_pool_simulate(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        sim_main(["--gpus", "0"])
+    assert caught.value.code == 2
+    assert "pool simulate: error: argument --gpus: must be at least 1" in capsys.readouterr().err
+    assert sim_main(["--data-dir", "/nonexistent/data", "--out", "/nonexistent/out"]) == 1
+    assert capsys.readouterr().err.strip().endswith("no such trace folder")

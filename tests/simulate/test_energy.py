@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from joulepool.grade import Energy, Grade
-from joulepool.simulate.energy import (
+from joulepool_sim.energy import (
     EnergyModel,
     ModelledJob,
     Unmodelled,
     read_power_profiles,
     read_throughputs,
 )
-from joulepool.simulate.errors import SimulationInputError
-from joulepool.simulate.trace import TraceJob
+from joulepool_sim.errors import SimulationInputError
+from joulepool_sim.trace import TraceJob
 from tests.simulate.helpers import write_data
 
 

@@ -21,12 +21,12 @@ import pytest
 from joulepool.admission import DenyReason, QueueReason
 from joulepool.grade import Grade
 from joulepool.ledger.replay import replay
-from joulepool.simulate.engine import GUESS, PoolAdmission, Run, replay_trace
-from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.estimates import SimJob
-from joulepool.simulate.policy import ROOT, Policy, device_limits
-from joulepool.simulate.summary import Percentile, summarise
 from joulepool.tree import Entitlement, Tree
+from joulepool_sim.engine import GUESS, PoolAdmission, Run, replay_trace
+from joulepool_sim.errors import SimulationConfigError
+from joulepool_sim.estimates import SimJob
+from joulepool_sim.policy import ROOT, Policy, device_limits
+from joulepool_sim.summary import Percentile, summarise
 from tests.simulate.helpers import job
 
 E, M = Grade.Estimator, Grade.ModelBased

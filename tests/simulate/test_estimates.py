@@ -8,10 +8,10 @@ from fractions import Fraction
 import pytest
 
 from joulepool.grade import Energy, Grade
-from joulepool.simulate.energy import ModelledJob
-from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.estimates import HIGHEST, LOWEST, ErrorModel, job_class, simulated
-from joulepool.simulate.trace import TraceJob
+from joulepool_sim.energy import ModelledJob
+from joulepool_sim.errors import SimulationConfigError
+from joulepool_sim.estimates import HIGHEST, LOWEST, ErrorModel, job_class, simulated
+from joulepool_sim.trace import TraceJob
 
 
 def trace_job(line: int, gpus: int = 1) -> TraceJob:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.gpu_hours import (
+from joulepool_sim.errors import SimulationConfigError
+from joulepool_sim.gpu_hours import (
     DEVICES_EXCEED,
     DEVICES_HELD,
     EXHAUSTED,

@@ -13,7 +13,7 @@ import pytest
 from joulepool.events import Admitted, Released
 from joulepool.grade import Grade
 from joulepool.ledger.replay import Replayer
-from joulepool.simulate.engine import (
+from joulepool_sim.engine import (
     EARNED,
     GUESS,
     GpuTimeAdmission,
@@ -21,10 +21,10 @@ from joulepool.simulate.engine import (
     Run,
     replay_trace,
 )
-from joulepool.simulate.evaluation import Settings, Trace, load_trace
-from joulepool.simulate.gpu_hours import GpuTimeQuota
-from joulepool.simulate.policy import device_limits, gpu_time_budgets, pool1_policy
-from joulepool.simulate.summary import summarise
+from joulepool_sim.evaluation import Settings, Trace, load_trace
+from joulepool_sim.gpu_hours import GpuTimeQuota
+from joulepool_sim.policy import device_limits, gpu_time_budgets, pool1_policy
+from joulepool_sim.summary import summarise
 from tests.simulate.helpers import SHARED_TRACES
 
 SETTINGS = Settings(data_dir=SHARED_TRACES, seeds=(0,), first_jobs=500, sample=4)

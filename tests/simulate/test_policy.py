@@ -7,8 +7,9 @@ import pytest
 from joulepool.admission import Admit, decide
 from joulepool.claim import Claim
 from joulepool.grade import Energy, Grade
-from joulepool.simulate.errors import SimulationConfigError
-from joulepool.simulate.policy import (
+from joulepool.tree import Usage
+from joulepool_sim.errors import SimulationConfigError
+from joulepool_sim.policy import (
     ROOT,
     device_limits,
     device_only_policy,
@@ -17,7 +18,6 @@ from joulepool.simulate.policy import (
     pool1_policy,
     split_in_proportion,
 )
-from joulepool.tree import Usage
 
 
 def test_a_split_conserves_the_total_and_gives_remainders_by_size_then_id() -> None:

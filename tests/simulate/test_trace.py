@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from joulepool.simulate.errors import SimulationInputError
-from joulepool.simulate.trace import read_trace, read_vc_sizes
+from joulepool_sim.errors import SimulationInputError
+from joulepool_sim.trace import read_trace, read_vc_sizes
 from tests.simulate.helpers import trace_line
 
 

@@ -21,7 +21,7 @@ Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], No
 def _registrars() -> list[Registrar]:
     from joulepool.cli import conformance_cmd, exec_cmd
 
-    found: list[Registrar] = [exec_cmd.register, conformance_cmd.register]
+    found: list[Registrar] = [exec_cmd.register, conformance_cmd.register, _register_simulate]
     for module in _OPTIONAL:
         try:
             mod = __import__(module, fromlist=["register"])
@@ -44,9 +44,25 @@ _OPTIONAL = (
     "joulepool.cli.demo_cmd",
     "joulepool.cli.serve_cmd",
     "joulepool.cli.meter_cmd",
-    "joulepool.simulate.cli",
     "joulepool.bridges.slurm.cli",
 )
+
+
+def _register_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    # Only its line in `pool --help`: `main` hands `pool simulate ...` whole to joulepool-sim,
+    # whose own parser reads the arguments, so none of it is imported to build this parser.
+    p = sub.add_parser(
+        "simulate",
+        help="replay cluster traces under pool/1 and three baselines (needs joulepool-sim)",
+        add_help=False,
+    )
+    p.set_defaults(handler=lambda _args: _simulate([]))
+
+
+def _simulate(argv: Sequence[str]) -> int:
+    from joulepool.extras import SIM_INSTALL, plugin_command
+
+    return plugin_command("simulate", "joulepool-sim", SIM_INSTALL)(argv)
 
 
 EXIT_CODES = """exit codes:
@@ -86,12 +102,13 @@ class DefaultsShown(argparse.HelpFormatter):
         return f"{text} (default: {shown})".lstrip()
 
 
-def _show_defaults(parser: argparse.ArgumentParser) -> None:
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Make `parser` and every subcommand's help state each option's default (DESIGN.md §5)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 sub.formatter_class = DefaultsShown
-                _show_defaults(sub)
+                show_defaults(sub)
         elif action.help is None and action.default not in (None, False, [], argparse.SUPPRESS):
             # argparse prints nothing for an option without help, not even its default.
             action.help = "(default: %(default)s)"
@@ -109,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for register in _registrars():
         register(sub)
-    _show_defaults(parser)
+    show_defaults(parser)
     return parser
 
 
@@ -121,10 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from joulepool.cli.exec_cmd import run_exec
 
         return run_exec()
-    parser = build_parser()
-    args = parser.parse_args(args_list)
-    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
+        if args_list[:1] == ["simulate"]:
+            return _simulate(args_list[1:])
+        parser = build_parser()
+        args = parser.parse_args(args_list)
+        handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except PoolError as exc:
         from joulepool.cli.output import terminal_safe

@@ -196,7 +196,7 @@ def entry_rows(
 
 
 def beside_writer(pid: int) -> str:
-    """What a reader says when a writer held the ledger as it read."""
+    """What a reader says when a writer held the ledger as it read (§6.1)."""
     return (
         f"read beside the running writer (pid {pid}): up to the last whole entry when this "
         "command opened the ledger; later appends are not in this answer"
@@ -339,6 +339,9 @@ def _acknowledge(args: argparse.Namespace) -> int:
 
     store: Store
     if args.postgres:
+        from joulepool.extras import require
+
+        require("postgres", "pool ledger acknowledge --postgres")
         from joulepool.stores.postgres import PostgresStore
 
         if not args.ledger or not args.key:
@@ -458,6 +461,9 @@ def _export(args: argparse.Namespace) -> int:
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; use it with --postgres DSN")
     if args.postgres:
+        from joulepool.extras import require
+
+        require("postgres", "pool ledger export --postgres")
         from joulepool.stores.postgres import PostgresStore
 
         if not args.ledger:

@@ -32,7 +32,7 @@ def read_source(pool: Pool) -> dict[str, Any]:
     return {
         "ledger": pool.store.name,
         "length": pool.length,
-        "writer_pid": getattr(pool.store, "writer_pid", None),
+        "writer_pid": pool.store.writer_pid,
     }
 
 

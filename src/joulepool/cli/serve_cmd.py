@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import logging.config
 import os
 import signal
 import sys
@@ -124,6 +122,12 @@ def _tune_collector(service: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from joulepool.extras import require
+
+    # Before anything is opened: a missing extra is one line naming it, and nothing else.
+    require("serve", "pool serve")
+    if args.postgres:
+        require("postgres", "pool serve --postgres")
     import uvicorn
 
     from joulepool.cli.paths import deployment_dir
@@ -145,6 +149,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
     log_config = _log_config(args.log_level)
+    # Only `pool serve` configures logging: every other command's start skips its import.
+    import logging.config
+
     logging.config.dictConfig(log_config)
     waits = {
         "lock_timeout_s": args.pg_lock_timeout_s,
@@ -377,7 +384,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=0,
         help="processes verifying the ledger at start-up (default 0: one per processor, up to 4)",
     )
-    from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS
+    from joulepool.ledger import SNAPSHOT_EVERY, SNAPSHOT_SECONDS
 
     p.add_argument(
         "--snapshot-every",

@@ -14,10 +14,12 @@ INCOMPLETE = -1
 MAX_DEPTH = 16
 MAX_ENTRY_BYTES = 1 << 20
 """No pool/1 entry comes near this; a longer item is refused rather than buffered."""
-LONGEST_SEALED = 64 << 10
+LONGEST_SEALED = (1 << 16) - 1
 """The longest entry joulepool seals: a claim whose entry would be longer is refused as
-invalid input. A torn write is a prefix of one entry, so a tail longer than the longest
-entry a ledger could hold is never a torn write."""
+invalid input. It is the most a c2sp.org/tlog-tiles entry bundle can carry (a big-endian
+uint16 length; DESIGN.md §8), so every sealed entry is a leaf the tiles can serve. A torn
+write is a prefix of one entry, so a tail longer than the longest entry a ledger could
+hold is never a torn write."""
 
 
 class StructureError(ValueError):

@@ -124,6 +124,9 @@ def parse_samples(text: str, names: Container[str], meter: str) -> tuple[Sample,
     would insist, or none of it is used; then each wanted line is parsed on its own (so
     the parser's counter-name munging cannot rename it) and its value text kept exactly.
     """
+    from joulepool.extras import require
+
+    require("prometheus", "a DCGM exporter or Kepler meter")
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -162,6 +165,9 @@ def fetch(
     url: str, timeout_ms: int = DEFAULT_TIMEOUT_MS, meter: str | None = None
 ) -> tuple[str, int]:
     """GET an exposition; its text and the monotonic µs it arrived, or `unreachable` (§2.7)."""
+    from joulepool.extras import require
+
+    require("prometheus", "a DCGM exporter or Kepler meter")
     import httpx
 
     who = meter or url

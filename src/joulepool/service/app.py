@@ -178,13 +178,11 @@ class Service:
 
     def _agree(self, pool: Pool) -> None:
         """On a shared store, record this replica's configuration, or learn it differs."""
-        from joulepool.stores.postgres import PostgresStore
-
-        store = pool.store
-        if not isinstance(store, PostgresStore) or store.config_digest is None:
+        shared = pool.store.shared
+        if shared is None or shared.config_digest is None:
             return
         try:
-            store.agree_config()
+            shared.agree_config()
         except StoreError as exc:
             # Not fatal: /readyz keeps asking, and every append checks again.
             log.error("%s: %s", exc.code, exc)
@@ -204,7 +202,6 @@ class Service:
         with the same file (docs/reliability.md). A reload that changes nothing here
         records nothing, so a routine SIGHUP never overrides the other replicas."""
         from joulepool.deployment.config import config_digest
-        from joulepool.stores.postgres import PostgresStore
 
         pool = self.pool
         if pool is None:
@@ -215,22 +212,23 @@ class Service:
         digest = config_digest(tree, idle, required_evidence, period, max_device_power_w)
         store = pool.store
         before: Callable[[], None] | None = None
-        if isinstance(store, PostgresStore) and digest != self.config_digest:
-            shared = store
+        shared = store.shared
+        if shared is not None and digest != self.config_digest:
+            adopt = shared.adopt_config
 
             def before() -> None:
-                shared.adopt_config(digest)
+                adopt(digest)
 
-        old = store.config_digest if isinstance(store, PostgresStore) else None
+        old = shared.config_digest if shared is not None else None
         try:
             pool.reload(
                 tree, period, idle_policy=idle, required_evidence=required_evidence, before=before
             )
         except BaseException:
-            if isinstance(store, PostgresStore) and store.config_digest != old:
+            if shared is not None and shared.config_digest != old:
                 # Recorded, but not put in force here: decide nothing rather than decide
                 # under the old tree with the new digest.
-                store.config_digest = old
+                shared.config_digest = old
             raise
         if before is not None:
             log.warning(
@@ -262,20 +260,7 @@ class Service:
 
     def _check_store(self, pool: Pool) -> int:
         """Raise the `StoreError` that would make the next write fail; else the length."""
-        from joulepool.stores.file import FileStore
-        from joulepool.stores.postgres import PostgresStore
-
-        store = pool.store
-        if isinstance(store, FileStore):
-            store.ready()
-            return len(store)
-        if isinstance(store, PostgresStore):
-            seen = store.probe()
-            mine = store.config_digest
-            if mine is not None and seen.recorded is not None and seen.recorded.digest != mine:
-                raise store.mismatch(seen.recorded)
-            return seen.length
-        return pool.length
+        return pool.store.ready()
 
     def ready_committer(self) -> Committer:
         """The group committer, or 503 while replay runs (or after it failed)."""

@@ -28,8 +28,83 @@ class Writer(Protocol):
         ...
 
 
+class SharedLedger(Protocol):
+    """What a store shared by several `pool serve` replicas does besides holding entries
+    (DESIGN.md §6): under the ledger's lock, every section checks that this replica seals
+    with the steward key in force (DESIGN.md §4, key rotation) and decides under the
+    configuration recorded for the ledger, so no replica decides on stale terms."""
+
+    config_digest: bytes | None
+    """This replica's configuration digest, checked in every section; None checks none."""
+
+    def seal_with(self, public_key: bytes) -> None:
+        """From now on, refuse every section unless `public_key` is the key in force
+        (DESIGN.md §4, key rotation)."""
+        ...
+
+    def record_rotation(self, new: bytes, from_seq: int) -> None:
+        """Record, under the lock, that `new` seals from entry `from_seq` on (only while the
+        ledger's length is `from_seq`), before the rotation statement is written
+        (DESIGN.md §4, key rotation)."""
+        ...
+
+    def agree_config(self) -> None:
+        """Record this replica's digest if none is, or raise `StoreError` if another is
+        (DESIGN.md §6)."""
+        ...
+
+    def adopt_config(self, digest: bytes) -> None:
+        """Make `digest` the one the ledger is decided under: an operator's reload
+        (DESIGN.md §6)."""
+        ...
+
+
+class EntryOffsets(Protocol):
+    """Where each entry lies in a ledger file, so that a start from a state snapshot reads
+    the file only from where the snapshot's length ends (DESIGN.md §4)."""
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        """Where entry `index` lies: its first byte and the byte after its last (DESIGN.md §4,
+        state snapshot)."""
+        ...
+
+    def resume(self, length: int, start: int, end: int, head: bytes) -> bool:
+        """Before the first read: scan only after entry `length - 1`, said to lie at
+        [start, end) with content address `head`, if its bytes there prove it; whether they
+        did (a wrong hint costs a full scan, never a wrong entry; DESIGN.md §4)."""
+        ...
+
+
 class Store(Protocol):
-    """A ledger: an ordered sequence of sealed entries (§6.1)."""
+    """A ledger: an ordered sequence of sealed entries (§6.1).
+
+    What only some stores can do is declared as a facet that a store provides or answers
+    None for (`shared`, `offsets`), so callers ask the store, never its class (DESIGN.md §5).
+    """
+
+    @property
+    def shared(self) -> SharedLedger | None:
+        """The store as replicas share it, or None for a store with a single writer
+        (DESIGN.md §6)."""
+        ...
+
+    @property
+    def offsets(self) -> EntryOffsets | None:
+        """The entries' byte offsets in a ledger file, or None where entries are not bytes
+        in one file (rows in PostgreSQL, a list in memory; DESIGN.md §4)."""
+        ...
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The running writer this reader was opened beside, whose append in flight it
+        does not read; None for a writer, with no writer running, or where a reader sees
+        only committed entries (DESIGN.md §6)."""
+        ...
+
+    def ready(self) -> int:
+        """The committed length, once the next append can be expected to succeed (a
+        readiness probe, DESIGN.md §6); otherwise the `StoreError` that append would meet."""
+        ...
 
     @property
     def name(self) -> str:

@@ -35,6 +35,7 @@ from joulepool.files import fsync_dir, write_durably
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.sequence import LONGEST_SEALED, MAX_ENTRY_BYTES, Tail, not_torn, split
+from joulepool.stores.base import EntryOffsets, SharedLedger
 from joulepool.stores.highwater import HighWaterFile, record_path
 
 CHUNK = 4 << 20
@@ -392,6 +393,16 @@ class FileStore:
         """The ledger file's path."""
         return str(self.path)
 
+    @property
+    def shared(self) -> SharedLedger | None:
+        """None: the file's lock admits one writer, nobody to agree with (DESIGN.md §6)."""
+        return None
+
+    @property
+    def offsets(self) -> EntryOffsets:
+        """This store itself: entries are bytes at offsets in one file (DESIGN.md §4)."""
+        return self
+
     def high_water(self) -> HighWater | None:
         """The longest (length, head) this ledger acknowledged, or None if it has no record."""
         return self._high.point if self._high is not None else None
@@ -514,12 +525,12 @@ class FileStore:
                 pos += len(raw)
             self._size = pos
 
-    def ready(self, min_free: int = MIN_FREE_BYTES) -> None:
-        """Raise `DiskFull` if the next append cannot be expected to succeed, for a readiness
-        probe: the ledger's filesystem has less than `min_free` bytes free, or the last
-        append found no space and an allocation of its size still fails (a quota, which
-        statvfs does not show, included). Costs one statvfs; the allocation only after a
-        failure, until it succeeds."""
+    def ready(self, min_free: int = MIN_FREE_BYTES) -> int:
+        """The ledger's length, for a readiness probe (DESIGN.md §6), once the next append
+        can be expected to succeed; else `DiskFull`: the ledger's filesystem has less than
+        `min_free` bytes free, or the last append found no space and an allocation of its
+        size still fails (a quota, which statvfs does not show, included). Costs one
+        statvfs; the allocation only after a failure, until it succeeds."""
         if not self._writer:
             raise StoreError(f"{self.path} was opened read-only")
         folder = self.path.parent
@@ -534,7 +545,7 @@ class FileStore:
                 "appends would fail: free some space"
             )
         if self._full is None:
-            return
+            return len(self)
         failure, size = self._full
         probe = folder / f".{self.path.name}{PROBE_SUFFIX}"
         try:
@@ -552,6 +563,7 @@ class FileStore:
                 ) from None
             raise StoreError(f"{folder}: cannot check free space: {exc.strerror}") from None
         self._full = None
+        return len(self)
 
     def _cut_back(self) -> None:
         try:

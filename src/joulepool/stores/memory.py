@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from joulepool.errors import StoreError
 from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.rollback import HighWater
+from joulepool.stores.base import EntryOffsets, SharedLedger
 
 
 class MemoryStore:
@@ -25,6 +26,25 @@ class MemoryStore:
     def name(self) -> str:
         """A ledger in memory has no other name."""
         return "the ledger in memory"
+
+    @property
+    def shared(self) -> SharedLedger | None:
+        """None: one writer, nobody to agree with (DESIGN.md §6)."""
+        return None
+
+    @property
+    def offsets(self) -> EntryOffsets | None:
+        """None: entries are items of a list, not bytes at offsets (DESIGN.md §4)."""
+        return None
+
+    @property
+    def writer_pid(self) -> int | None:
+        """None: no reader runs beside another process's writer here (DESIGN.md §6)."""
+        return None
+
+    def ready(self) -> int:
+        """Its length: an append to memory is always expected to succeed (DESIGN.md §6)."""
+        return len(self._entries)
 
     def high_water(self) -> HighWater:
         """What this store acknowledged: every entry it holds."""
