@@ -5,8 +5,8 @@ For ledgers of 200,000 and 2,000,000 entries (BENCH_RESTART_SIZES overrides, e.g
 
 - ready_from_snapshot_s_*: a real `pool serve` from spawn to /readyz answering 200, with the
   snapshot and the claim index beside the ledger (it verifies and folds only the tail): the
-  median of BENCH_RESTART_STARTS starts (default 3), each one's listed in
-  ready_from_snapshot_starts_s_*;
+  median of BENCH_RESTART_STARTS starts (default 3), the sizes started in turn, each one's
+  listed in ready_from_snapshot_starts_s_*;
 - full_replay_s_*: the same with the snapshot moved away (it verifies and folds everything);
 - ready_from_snapshot_cpu_s_*, full_replay_cpu_s_*: CPU seconds the serving process and
   the workers that verified its ledger used until it was ready (user plus system), the
@@ -116,19 +116,25 @@ def build(entries: int, folder: Path) -> None:
     high.close()
 
 
-def median_start(folder: Path) -> tuple[float, float, float, list[float]]:
-    """`serve_ready` `STARTS` times over the same folder (each start cuts the claim index back
-    to the snapshot and folds the same tail again): the median wall time, the largest
-    resident memory, the median CPU seconds, and every wall time. On a shared machine one
-    start is stretched by whatever else runs at that moment; the median of a few is not."""
-    runs = [serve_ready(folder) for _ in range(max(1, STARTS))]
-    walls = [ready for ready, _, _ in runs]
-    return (
-        statistics.median(walls),
-        max(rss for _, rss, _ in runs),
-        statistics.median(cpu for _, _, cpu in runs),
-        walls,
-    )
+def starts_in_turn(folders: dict[int, Path]) -> dict[int, tuple[float, float, float, list[float]]]:
+    """`serve_ready` `STARTS` times over each folder, one start of each size in turn, so the
+    sizes share whatever else the machine is doing; per size, the median wall time, the
+    largest resident memory, the median CPU seconds, and every wall time. Each start over a
+    folder cuts its claim index back to the snapshot and folds the same tail again."""
+    runs: dict[int, list[tuple[float, float, float]]] = {n: [] for n in folders}
+    for _ in range(max(1, STARTS)):
+        for n, folder in folders.items():
+            runs[n].append(serve_ready(folder))
+    out = {}
+    for n, done in runs.items():
+        walls = [ready for ready, _, _ in done]
+        out[n] = (
+            statistics.median(walls),
+            max(rss for _, rss, _ in done),
+            statistics.median(cpu for _, _, cpu in done),
+            walls,
+        )
+    return out
 
 
 def vm_hwm_mb(pid: int) -> float:
@@ -191,9 +197,10 @@ def main() -> None:
     out["import_cli_module_s"] = import_seconds("import joulepool.cli")
     out["python_start_s"] = import_seconds("pass")
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
-        for n in SIZES:
-            folder = deployment(n, Path(tmp))
-            ready, rss, cpu, walls = median_start(folder)
+        folders = {n: deployment(n, Path(tmp)) for n in SIZES}
+        started = starts_in_turn(folders)
+        for n, folder in folders.items():
+            ready, rss, cpu, walls = started[n]
             out[f"ready_from_snapshot_s_{name(n)}"] = round(ready, 3)
             out[f"ready_from_snapshot_starts_s_{name(n)}"] = [round(w, 3) for w in walls]
             out[f"ready_from_snapshot_cpu_s_{name(n)}"] = round(cpu, 2)
