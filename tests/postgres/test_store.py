@@ -28,6 +28,7 @@ from joulepool.stores.postgres import (
     StatementTimeout,
     lock_key,
 )
+from joulepool.stores.postgres.sql import CLAIMS_PAST
 from tests.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_proxy", "pg_server"]
@@ -730,3 +731,20 @@ def test_a_readiness_probe_is_bounded_when_the_network_says_nothing(
             except PostgresUnavailable:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
+
+
+def test_s6_4_a_start_cuts_claim_rows_past_the_end_by_an_index(pg_dsn: str, pg_ledger: str) -> None:
+    """Each start deletes the claim rows past the ledger's end (DESIGN.md §4): by an index on
+    `released`, so that costs those rows, not every claim the ledger ever released; a
+    database whose tables were made without the index gains it when a store opens it."""
+    with PostgresStore(pg_dsn, ledger=pg_ledger):
+        pass
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP INDEX pool_ledger_claims_released")
+    with PostgresStore(pg_dsn, ledger=pg_ledger):
+        pass
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        cur = psycopg.ClientCursor(conn)
+        plan = cur.execute("EXPLAIN " + CLAIMS_PAST, (pg_ledger, 0)).fetchall()
+    assert "pool_ledger_claims_released" in str(plan), plan

@@ -366,7 +366,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="seconds a replica may hold the ledger's lock idle (frozen) before PostgreSQL "
         f"ends its session and the others go on ({PG_IDLE_IN_TRANSACTION_S:g})",
     )
-    p.add_argument("--replay-workers", type=int, default=1, help="processes verifying at start-up")
+    p.add_argument(
+        "--replay-workers",
+        type=int,
+        default=0,
+        help="processes verifying the ledger at start-up (default 0: one per processor, up to 4)",
+    )
     from joulepool.ledger import SNAPSHOT_EVERY, SNAPSHOT_SECONDS
 
     p.add_argument(

@@ -54,7 +54,7 @@ def open_pool(
     waits: Mapping[str, float] | None = None,
     config_digest: bytes | None = None,
     lock: Any = None,
-    replay_workers: int = 1,
+    replay_workers: int = 0,
     progress: Callable[[int], None] | None = None,
     read_only: bool = False,
     snapshot_every: int = SNAPSHOT_EVERY,
@@ -70,7 +70,9 @@ def open_pool(
     checked in every append against `config_digest`. `config` and `keys`, when the caller
     read them already, are used as given. Kept witness receipts are read at each open: a
     ledger shorter than one is refused. `snapshots=False` replays and verifies the whole
-    ledger, whatever snapshots it has.
+    ledger, whatever snapshots it has. What is replayed is verified in `replay_workers`
+    processes; 0, the default, takes one per processor where there is enough to verify
+    (`replay.default_workers`).
 
     `read_only` opens a reader that needs neither the writer's lock nor the secret key, so
     it works while `pool serve` runs; `pool.store.writer_pid` names the writer it read

@@ -8,7 +8,6 @@ A library function, not a command: `pool ledger verify`, `pool ledger show/usage
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -146,9 +145,9 @@ def verified(
 
     `key`, `witnesses` and `rotations` override where the steward's public key, the kept
     receipts and the rotation statements are found (else beside the ledger). `workers` 0
-    picks a count from the CPUs. Given `snapshots`, the kept state snapshots are compared
-    with the replay and a row each is added there (DESIGN.md §4). `with_progress(total,
-    run)` may wrap the replay to show its progress.
+    picks a count from the CPUs (`replay.default_workers`). Given `snapshots`, the kept
+    state snapshots are compared with the replay and a row each is added there (DESIGN.md
+    §4). `with_progress(total, run)` may wrap the replay to show its progress.
     """
     from joulepool.deployment.keys import statements_for
     from joulepool.errors import LedgerRefused
@@ -165,9 +164,6 @@ def verified(
         stops, rows = snapshot_checks(where.ledger, anchor.kid, keys)
         snapshots.extend(rows)
     store = FileStore(where.ledger, writer=False)
-    workers = workers if workers else min(os.cpu_count() or 1, 4)
-    if len(store) < 2_000:
-        workers = 1
     from joulepool.stores.claim_index import ClaimIndex
 
     # The duplicate check of §6.4 in bounded memory: released claims go to a private

@@ -18,6 +18,8 @@ import gc
 import itertools
 import multiprocessing
 import operator
+import os
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -44,6 +46,21 @@ from joulepool.periods import NONE, Schedule
 from joulepool.tree import Tree
 
 BATCH = 512
+MAX_WORKERS = 4
+"""Processes `workers=0` asks for at most: past four, the fold in this process is the limit."""
+PARALLEL_FROM = 4 * BATCH
+"""Entries under which a replay verifies in this process alone: starting workers would cost
+more than they save on so few."""
+
+
+def default_workers() -> int:
+    """How many processes verify signatures when a caller leaves it open (`workers=0`,
+    §6.5): one per processor this process may run on, at most `MAX_WORKERS`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity to read on this system
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +191,8 @@ def replay(
     """Verify every entry and fold the ledger into usage (§6.1, §6.4, §6.5).
 
     Raises `LedgerRefused(index, error)` at the first failing entry; nothing partial is
-    returned. With `workers > 1` the signatures are checked in that many processes.
+    returned. With `workers > 1` the signatures are checked in that many processes; with
+    `workers=0` in `default_workers()`, where there are `PARALLEL_FROM` entries or more.
     `public_key` is the steward's one key, or a `KeySchedule` of its verified rotations:
     entry i must verify under the key in force at i, else `bad_signature` (DESIGN.md §4).
     `start` is a state and head to fold on from (a verified snapshot, DESIGN.md §4): then
@@ -187,6 +205,8 @@ def replay(
     if start is not None:
         replayer.state, replayer.head = start
     halts = dict(stops or {})
+    if workers <= 0:
+        entries, workers = _workers_for(entries)
     with _collector_paused():
         if workers <= 1:
             _replay_serial(replayer, entries, progress, halts)
@@ -195,6 +215,17 @@ def replay(
     if progress is not None:
         progress(replayer.length)
     return replayer
+
+
+def _workers_for(entries: Iterable[bytes]) -> tuple[Iterable[bytes], int]:
+    """The same entries, and `default_workers()`, or 1 where they are fewer than
+    `PARALLEL_FROM`: read ahead that far, since not every store gives a length at no cost."""
+    workers = default_workers()
+    if workers == 1:
+        return entries, 1
+    source = iter(entries)
+    ahead = list(itertools.islice(source, PARALLEL_FROM))
+    return itertools.chain(ahead, source), workers if len(ahead) == PARALLEL_FROM else 1
 
 
 @contextmanager
@@ -283,7 +314,9 @@ def _replay_parallel(
     # here, since the fold needs the core anyway and shipping decoded cores back costs more
     # than decoding; so each entry crosses to a worker and back once, as bytes and a verdict.
     context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as executor:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_own_std_streams
+    ) as executor:
         pending: deque[tuple[list[Envelope], Refusal | None, Future[int | None]]] = deque()
         source = _batches(entries, replayer.keys, replayer.length, stops)
         exhausted = False
@@ -316,6 +349,16 @@ def _replay_parallel(
                 stop(replayer)
             if progress is not None:
                 progress(replayer.length)
+
+
+def _own_std_streams() -> None:
+    # A fork copies only the thread that forked. `pool serve` replays beside its event loop,
+    # whose thread may be inside a write to standard error at that instant: the worker would
+    # then inherit that stream's lock held by a thread it does not have, and hang for ever
+    # in the flush every worker makes on its way out. A worker writes nothing; it is given
+    # streams of its own.
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - open until the worker exits
+    sys.stderr = sys.stdout
 
 
 def _open_batch(batch: list[bytes], steward: str) -> tuple[list[Envelope], Refusal | None]:

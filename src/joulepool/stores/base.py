@@ -74,6 +74,12 @@ class EntryOffsets(Protocol):
         did (a wrong hint costs a full scan, never a wrong entry; DESIGN.md §4)."""
         ...
 
+    def proves_head(self, length: int, head: bytes) -> bool:
+        """Whether the ledger's head at `length` is `head`, shown without reading the file
+        before a state snapshot; False where it cannot be shown so (the caller reads the
+        entry the usual way; DESIGN.md §4, §6.1)."""
+        ...
+
 
 class Store(Protocol):
     """A ledger: an ordered sequence of sealed entries (§6.1).
@@ -169,4 +175,14 @@ def refuse_rollback(store: Store, marks: Iterable[Mark] = ()) -> None:
         mine: list[Mark] = []
     else:
         mine = [Mark("its high-water record", high)]
-    check_acknowledged([*mine, *marks], length, lambda n: head_at(store, n), store.name)
+    offsets = store.offsets
+    # A mark older than the snapshot a start folds on from would otherwise have the file
+    # read from byte 0 for its entry's offset: at every start, however long the history.
+    unproven = [
+        mark
+        for mark in [*mine, *marks]
+        if offsets is None
+        or mark.point.length > length
+        or not offsets.proves_head(mark.point.length, mark.point.head)
+    ]
+    check_acknowledged(unproven, length, lambda n: head_at(store, n), store.name)

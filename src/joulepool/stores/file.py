@@ -37,6 +37,14 @@ from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.sequence import LONGEST_SEALED, MAX_ENTRY_BYTES, Tail, not_torn, split
 from joulepool.stores.base import EntryOffsets, SharedLedger
 from joulepool.stores.highwater import HighWaterFile, record_path
+from joulepool.stores.offset_table import (
+    EVERY,
+    checkpoints,
+    find_entry,
+    read_table,
+    table_path,
+    write_table,
+)
 
 CHUNK = 4 << 20
 MIN_FREE_BYTES = 64 << 10
@@ -224,6 +232,8 @@ class FileStore:
             self.tail: Tail | None = None
             self.in_flight: Tail | None = None
             self._scan_lock = threading.Lock()
+            # The offset table beside the file (`stores.offset_table`), read when first needed.
+            self._table: array[int] | None = None
             # Held while appends extend the offsets and while a prefix is joined to them.
             self._grow_lock = threading.Lock()
             if not deferred:
@@ -245,6 +255,7 @@ class FileStore:
             if self.tail.torn:
                 raise TornWrite(self.path, self.tail, len(offsets))
             raise self.corruption()
+        self._keep_table(offsets)
 
     def _known(self, index: int = -1) -> tuple[int, array[int]]:
         """(first, offsets): the offsets known, from entry `first` on; read from the file
@@ -277,10 +288,45 @@ class FileStore:
                 min(len(prefix), count),
                 end,
             )
+        self._keep_table(prefix)
         with self._grow_lock:
             assert self._view is not None
             prefix.extend(self._view[1])
             self._view = (0, prefix)
+
+    def _loaded_table(self) -> array[int]:
+        if self._table is None:
+            self._table = read_table(table_path(self.path))
+        return self._table
+
+    def _keep_table(self, offsets: array[int]) -> None:
+        """Write the offset table of `offsets`, read from byte 0, where it differs from the
+        one kept: a writer's, since a reader may not write beside the file, and only for a
+        ledger long enough that reading to an entry from byte 0 costs more than from it."""
+        if not self._writer or len(offsets) <= EVERY:
+            return
+        table = checkpoints(offsets)
+        if table != self._loaded_table():
+            write_table(table_path(self.path), table)
+            self._table = table
+
+    def proves_head(self, length: int, head: bytes) -> bool:
+        """Whether entry `length - 1`, found through the offset table where the offsets
+        before a state snapshot were not read (`stores.offset_table`), has the content
+        address `head` (§6.1, DESIGN.md §4). False where that cannot be shown so: no table,
+        one that does not fit, other bytes, or offsets already known; the caller then reads
+        the entry the usual way, so the table costs time, never an answer."""
+        view = self._view
+        if view is None or not 1 <= length <= view[0]:
+            return False
+        found = find_entry(self._fd, self._loaded_table(), length - 1, int(view[1][0]))
+        if found is None or content_address(found[0]) != head:
+            return False
+        grown = found[1]
+        if grown is not None and self._writer:
+            write_table(table_path(self.path), grown)
+            self._table = grown
+        return True
 
     def resume(self, length: int, start: int, end: int, head: bytes) -> bool:
         """Before the first use: the entry `length - 1`, whose content address is `head`, is

@@ -51,6 +51,9 @@ HAS_ALL_TABLES: LiteralString = (
     " AND to_regclass('pool_ledger_claims') IS NOT NULL"
     " AND to_regclass('pool_ledger_steward') IS NOT NULL"
 )
+HAS_SCHEMA: LiteralString = (
+    HAS_ALL_TABLES + " AND to_regclass('pool_ledger_claims_released') IS NOT NULL"
+)
 # The steward key that seals the ledger's next entry (DESIGN.md §4, key rotation), checked
 # under the ledger's lock in every section: a replica that missed a rotation seals nothing.
 STEWARD_SCHEMA: LiteralString = """
@@ -77,6 +80,8 @@ STEWARD_ROTATE: LiteralString = (
 )
 # Released claims (§6.4's duplicate check), off every replica's heap: one row per
 # claim id, unique per ledger; `covers` the longest length any replica wrote them through.
+# Each start deletes the rows past the ledger's end (CLAIMS_PAST): by the index on
+# `released` that reads those rows, not every claim the ledger ever released.
 CLAIMS_SCHEMA: LiteralString = """
 CREATE TABLE IF NOT EXISTS pool_ledger_claims (
     ledger text NOT NULL,
@@ -85,6 +90,7 @@ CREATE TABLE IF NOT EXISTS pool_ledger_claims (
     released bigint NOT NULL CHECK (released > admitted),
     PRIMARY KEY (ledger, claim)
 );
+CREATE INDEX IF NOT EXISTS pool_ledger_claims_released ON pool_ledger_claims (ledger, released);
 CREATE TABLE IF NOT EXISTS pool_ledger_claims_covers (
     ledger text PRIMARY KEY,
     length bigint NOT NULL CHECK (length >= 0)

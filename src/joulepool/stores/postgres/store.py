@@ -34,6 +34,7 @@ from joulepool.stores.postgres.sql import (
     CONFIG,
     CONFIG_SCHEMA,
     HAS_ALL_TABLES,
+    HAS_SCHEMA,
     HAS_TABLE,
     HAS_TABLES,
     HIGH_WATER,
@@ -324,7 +325,7 @@ class PostgresStore:
         """Create the entries table if it is missing; idempotent, safe from many replicas (§6.1)."""
 
         def create(conn: Conn) -> None:
-            row = conn.execute(HAS_ALL_TABLES).fetchone()
+            row = conn.execute(HAS_SCHEMA).fetchone()
             if row and row[0]:
                 return
             # Two replicas creating the tables at once would collide in the catalog; the
