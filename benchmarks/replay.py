@@ -1,4 +1,4 @@
-"""Replay-and-verify throughput and memory (issue 3). Prints one JSON object.
+"""Replay-and-verify throughput and memory. Prints one JSON object.
 
 - replay_entries_per_s: `pool ledger verify`'s path over a 200,000-entry ledger file, one process,
   from opening the file (which scans every entry's extent) to the folded usage;

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.servers import start_serve, wait_ready
+from tests.support.servers import start_serve, wait_ready
 
 from joulepool.deployment.config import write_config
 from joulepool.deployment.open import open_pool

@@ -1,4 +1,4 @@
-"""Durable admissions per second over loopback HTTP (issues 5, 14). Prints one JSON object.
+"""Durable admissions per second over loopback HTTP (14). Prints one JSON object.
 
 A real `pool serve` (file store, then PostgreSQL when its server binaries are installed)
 takes many concurrent clients, each submitting claims that are admitted; every answer was
@@ -31,14 +31,14 @@ from fastapi.responses import JSONResponse
 from joulepool.service.models import ClaimIn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.pg import INSTALL_HINT, PgServer, find_binaries
-from tests.servers import Deployment, free_port, start_serve
+from tests.support.pg import INSTALL_HINT, PgServer, find_binaries
+from tests.support.servers import Deployment, free_port, start_serve
 
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "64"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 SNAPSHOT_EVERY = int(os.environ.get("BENCH_SNAPSHOT_EVERY", "1000"))
-"""Issue 16: the same load with a state snapshot sealed every this many entries, so
+"""the same load with a state snapshot sealed every this many entries, so
 several are written during each round; `p99_snapshotting_ratio` compares the tails."""
 TREE = """
 [pool]

@@ -26,9 +26,9 @@ from joulepool.ledger.replay import replay
 from joulepool.pool import Decision, Outcome, Pool, Release, ReleaseRequest
 from joulepool.service.committer import Committer
 from joulepool.stores.file import FileStore
-from tests.builders import team_tree
-from tests.disks import fill, tmpfs
-from tests.ledgers import STEWARD
+from tests.support.builders import team_tree
+from tests.support.disks import fill, tmpfs
+from tests.support.ledgers import STEWARD
 
 H = Grade.HwShunt
 NOW = 1_764_000_000_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from joulepool.files import write_atomically
-from tests.disks import fill, tmpfs
+from tests.support.disks import fill, tmpfs
 
 
 @pytest.mark.parametrize("mode", [0o600, 0o644, 0o755])

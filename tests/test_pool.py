@@ -22,8 +22,8 @@ from joulepool.ledger.replay import replay
 from joulepool.pool import Decision, Pool, Release, ReleaseRequest
 from joulepool.stores.file import FileStore
 from joulepool.stores.memory import MemoryStore
-from tests.builders import team_tree
-from tests.ledgers import STEWARD
+from tests.support.builders import team_tree
+from tests.support.ledgers import STEWARD
 
 H, M, E = Grade.HwShunt, Grade.ModelBased, Grade.Estimator
 

@@ -1,4 +1,4 @@
-"""Issue 17, "energy typed with units": exact integer µJ from what people type, refusals that
+"""Energy typed with units: exact integer µJ from what people type, refusals that
 name the figure, and one readable unit per column."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from joulepool.units import Column, column, energy_text, parse_energy
         ("0.5GJ", 5 * 10**14),
     ],
 )
-def test_issue17_units_convert_exactly_to_integer_uj(text: str, uj: int) -> None:
+def test_units_convert_exactly_to_integer_uj(text: str, uj: int) -> None:
     assert parse_energy(text, "--estimate") == uj
 
 
@@ -49,22 +49,20 @@ def test_issue17_units_convert_exactly_to_integer_uj(text: str, uj: int) -> None
         ("1.", "not an energy"),
     ],
 )
-def test_issue17_an_energy_that_is_not_whole_uj_or_malformed_is_refused(
-    text: str, says: str
-) -> None:
+def test_an_energy_that_is_not_whole_uj_or_malformed_is_refused(text: str, says: str) -> None:
     with pytest.raises(InvalidInput, match=says) as info:
         parse_energy(text, "--estimate")
     assert "--estimate" in str(info.value)
 
 
 @given(st.integers(min_value=0, max_value=10**24))
-def test_issue17_every_uj_integer_spelled_in_joules_parses_back(uj: int) -> None:
+def test_every_uj_integer_spelled_in_joules_parses_back(uj: int) -> None:
     whole, rest = divmod(uj, 10**6)
     assert parse_energy(f"{whole}.{rest:06d}J", "x") == uj
     assert parse_energy(f"{uj}uJ", "x") == uj
 
 
-def test_issue17_a_column_takes_one_unit_from_its_largest_figure() -> None:
+def test_a_column_takes_one_unit_from_its_largest_figure() -> None:
     col = column([0, 50 * 10**12, 13_100_900_002_000])
     assert col == Column("MJ", 3)
     assert [col.show(v) for v in (0, 50 * 10**12, 13_100_900_002_000)] == [
@@ -81,7 +79,7 @@ def test_issue17_a_column_takes_one_unit_from_its_largest_figure() -> None:
     assert energy_text(4 * 10**12 + 1) == "4.000 MJ (4,000,000,000,001 µJ)"
 
 
-def test_issue17_pool_admit_takes_energies_with_units(tmp_path: object) -> None:
+def test_pool_admit_takes_energies_with_units(tmp_path: object) -> None:
     folder = f"{tmp_path}/d"
     run = [sys.executable, "-m", "joulepool"]
     subprocess.run([*run, "init", folder], check=True, capture_output=True)

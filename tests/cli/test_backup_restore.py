@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from joulepool.deployment.init import init_deployment
-from tests.servers import pool_cli
+from tests.support.servers import pool_cli
 
 MJ = 1_000_000_000_000
 
@@ -99,7 +99,7 @@ def test_s6_1_restore_to_a_new_machine_with_the_key_loses_nothing(tmp_path: Path
 def test_s6_4_a_backup_carries_the_claim_index_so_a_restore_starts_from_its_snapshot(
     tmp_path: Path,
 ) -> None:
-    """Issue 16: a restored deployment starts from its newest snapshot (it needs the claim
+    """a restored deployment starts from its newest snapshot (it needs the claim
     index for that), while the backup itself is still verified by a replay from entry 0."""
     from joulepool.claim import Claim
     from joulepool.deployment.open import open_pool

@@ -1,4 +1,4 @@
-"""Issue 17, "missing verbs": `pool claims` (running claims per team), `pool claim` (one
+"""`pool claims` (running claims per team), `pool claim` (one
 claim described) and `pool admit --dry-run` (the verdict now, nothing written); unknown
 entitlements suggest the closest ids."""
 
@@ -19,7 +19,7 @@ def deployment(tmp_path: Path) -> Path:
     return folder
 
 
-def test_issue17_pool_claims_lists_per_entitlement_and_state(tmp_path: Path) -> None:
+def test_pool_claims_lists_per_entitlement_and_state(tmp_path: Path) -> None:
     folder = deployment(tmp_path)
     every = pool_json("claims", str(folder))["claims"]
     assert [c["claim"] for c in every] == ["v1", "v2", "l1"]
@@ -33,7 +33,7 @@ def test_issue17_pool_claims_lists_per_entitlement_and_state(tmp_path: Path) -> 
     assert "reserved (MJ)" in text and "v1" in text
 
 
-def test_issue17_pool_claim_describes_one_claim(tmp_path: Path) -> None:
+def test_pool_claim_describes_one_claim(tmp_path: Path) -> None:
     folder = deployment(tmp_path)
     one = pool_json("claim", str(folder), "v2")
     assert one["state"] == "released" and one["reserved"]["uj"] == MJ
@@ -44,7 +44,7 @@ def test_issue17_pool_claim_describes_one_claim(tmp_path: Path) -> None:
     assert "unknown_claim" in missing.stderr
 
 
-def test_issue17_dry_run_gives_the_verdict_and_writes_nothing(tmp_path: Path) -> None:
+def test_dry_run_gives_the_verdict_and_writes_nothing(tmp_path: Path) -> None:
     folder = deployment(tmp_path)
     ledger = (folder / "ledger.cbor").read_bytes()
     out = pool_json(
@@ -93,7 +93,7 @@ def test_issue17_dry_run_gives_the_verdict_and_writes_nothing(tmp_path: Path) ->
     )
 
 
-def test_issue17_unknown_entitlement_suggests_the_closest_ids(tmp_path: Path) -> None:
+def test_unknown_entitlement_suggests_the_closest_ids(tmp_path: Path) -> None:
     folder = deployment(tmp_path)
     r = pool("claims", str(folder), "--entitlement", "langauge", ok=(1,))
     assert "did you mean 'language'" in r.stderr

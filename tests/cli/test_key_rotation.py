@@ -10,7 +10,7 @@ from typing import Any
 
 from joulepool.deployment.init import init_deployment
 from joulepool.ledger.keys import load_key_file, write_key_file
-from tests.servers import Deployment, pool_cli, start_serve
+from tests.support.servers import Deployment, pool_cli, start_serve
 
 
 def ok_json(*args: str) -> Any:

@@ -1,4 +1,4 @@
-"""The `pool` command driven as a user would: real processes, real files (issue 4)."""
+"""The `pool` command driven as a user would: real processes, real files."""
 
 from __future__ import annotations
 
@@ -155,7 +155,7 @@ def test_a_second_writer_is_refused_while_one_holds_the_ledger(tmp_path: Path) -
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        # A second writer is refused; a reader is not (issue 16: readers beside a writer).
+        # A second writer is refused; a reader is not (readers beside a writer).
         out = pool(
             "release", str(folder), "job-0", "--actual-uj", "1", "--grade", "HwShunt", ok=(1,)
         )

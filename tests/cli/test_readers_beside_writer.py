@@ -1,4 +1,4 @@
-"""Read-only commands on a deployment that `pool serve` is writing (issue 16, standard §6.1).
+"""Read-only commands on a deployment that `pool serve` is writing (standard §6.1).
 
 `pool usage`, `pool estimate` and `pool ledger show/usage/verify` read the ledger file up to
 its last whole entry without the writer's lock, and say that they read beside a writer.
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from joulepool.deployment.config import LEDGER
-from tests.servers import Deployment, pool_cli, start_serve
+from tests.support.servers import Deployment, pool_cli, start_serve
 
 MJ = 1_000_000_000_000
 

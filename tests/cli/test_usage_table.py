@@ -1,4 +1,4 @@
-"""Issue 17, `pool usage`: every figure readable without a manual. One unit per column,
+"""`pool usage`: every figure readable without a manual. One unit per column,
 interior nodes with their subtree's totals marked Σ, nothing cut when piped, exact µJ in
 `--json` with the new fields beside the old."""
 
@@ -18,7 +18,7 @@ def deployment(tmp_path: Path) -> Path:
     return folder
 
 
-def test_issue17_usage_piped_is_plain_text_never_cut_one_unit_per_column(tmp_path: Path) -> None:
+def test_usage_piped_is_plain_text_never_cut_one_unit_per_column(tmp_path: Path) -> None:
     folder = deployment(tmp_path)
     out = pool("usage", str(folder)).stdout
     lines = out.splitlines()
@@ -37,7 +37,7 @@ def test_issue17_usage_piped_is_plain_text_never_cut_one_unit_per_column(tmp_pat
     assert "(kWh)" in pool("usage", str(folder), "--units", "kwh").stdout
 
 
-def test_issue17_usage_json_keeps_exact_uj_and_adds_subtree(tmp_path: Path) -> None:
+def test_usage_json_keeps_exact_uj_and_adds_subtree(tmp_path: Path) -> None:
     folder = deployment(tmp_path)
     rows = {r["id"]: r for r in pool_json("usage", str(folder))["entitlements"]}
     lang = rows["language"]["usage"]

@@ -1,4 +1,4 @@
-"""Issue 17, "papercuts": every command refuses a wrong path (a file where a folder is
+"""Every command refuses a wrong path (a file where a folder is
 expected, a folder that is not there, an empty folder) in one line naming it, with no
 traceback; every option's help shows its default; exit codes are documented."""
 
@@ -76,7 +76,7 @@ def places(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", ["file", "missing", "empty"])
-def test_issue17_every_command_refuses_a_wrong_path_in_one_line(
+def test_every_command_refuses_a_wrong_path_in_one_line(
     kind: str, places: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = places[kind]
@@ -100,7 +100,7 @@ def test_issue17_every_command_refuses_a_wrong_path_in_one_line(
     assert walked >= 20
 
 
-def test_issue17_deployment_commands_name_the_path_and_what_was_expected(
+def test_deployment_commands_name_the_path_and_what_was_expected(
     places: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     for verb in (["usage"], ["claims"], ["estimate"], ["serve"], ["token", "add"]):
@@ -115,7 +115,7 @@ def test_issue17_deployment_commands_name_the_path_and_what_was_expected(
             assert len(err.splitlines()) == 1 and places[kind] in err and says in err, err
 
 
-def test_issue17_help_shows_every_default_and_the_exit_codes(
+def test_help_shows_every_default_and_the_exit_codes(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "1000")  # one line per option: no hyphen splits a default

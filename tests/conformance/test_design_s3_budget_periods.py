@@ -31,9 +31,9 @@ from joulepool.ledger.replay import replay
 from joulepool.periods import Schedule, utc_text
 from joulepool.pool import BUDGET_REASONS, Pool, wall_clock_ms
 from joulepool.stores.file import FileStore
-from tests.builders import team_tree
-from tests.ledgers import STEWARD
-from tests.servers import Deployment, Serve, pool_cli, start_serve
+from tests.support.builders import team_tree
+from tests.support.ledgers import STEWARD
+from tests.support.servers import Deployment, Serve, pool_cli, start_serve
 
 LENGTH_MS = 1000
 

@@ -41,10 +41,10 @@ from joulepool.pool import Pool
 from joulepool.preemption import Workload, preemption_order
 from joulepool.stores.memory import MemoryStore
 from joulepool.tree import Entitlement, Tree
-from tests.builders import H, claim, ent, team_tree
-from tests.ledgers import STEWARD, WITNESS, admitted, seal_all
-from tests.reliability.support import claim as claim_json
-from tests.servers import Deployment, Serve, pool_cli, serving
+from tests.support.builders import H, claim, ent, team_tree
+from tests.support.faults import claim as claim_json
+from tests.support.ledgers import STEWARD, WITNESS, admitted, seal_all
+from tests.support.servers import Deployment, Serve, pool_cli, serving
 
 TOP = 2**64 - 1
 """The largest figure: the largest unsigned integer a ledger entry carries."""

@@ -2,7 +2,7 @@
 
 from joulepool.admission import Admit, Deny, DenyReason, Queue, QueueReason, decide
 from joulepool.tree import Tree, Usage
-from tests.builders import E, H, claim, ent, spend, team_tree
+from tests.support.builders import E, H, claim, ent, spend, team_tree
 
 
 def test_claim_within_both_guarantees_is_admitted() -> None:

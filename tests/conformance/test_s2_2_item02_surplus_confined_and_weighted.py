@@ -2,7 +2,7 @@
 
 from joulepool.admission import Admit, Deny, DenyReason, Queue, QueueReason, decide
 from joulepool.tree import Tree, Usage
-from tests.builders import M, claim, ent, spend, team_tree
+from tests.support.builders import M, claim, ent, spend, team_tree
 
 
 def test_borrowing_within_the_weighted_share_is_admitted() -> None:

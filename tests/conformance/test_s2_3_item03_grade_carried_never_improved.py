@@ -4,7 +4,7 @@ import pytest
 
 from joulepool.errors import InvalidInput
 from joulepool.grade import Energy, Grade
-from tests.builders import E, H, M
+from tests.support.builders import E, H, M
 
 
 def test_every_energy_figure_carries_its_grade() -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from joulepool.attribution import attribute
 from joulepool.grade import Energy, Grade
-from tests.builders import E, H, M
+from tests.support.builders import E, H, M
 
 
 def test_a_counter_divided_between_two_occupants_is_a_model() -> None:

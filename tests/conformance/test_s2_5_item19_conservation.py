@@ -2,7 +2,7 @@
 
 from joulepool.attribution import attribute
 from joulepool.grade import Energy
-from tests.builders import H, M
+from tests.support.builders import H, M
 
 
 def test_even_split_has_no_remainder() -> None:

@@ -5,7 +5,7 @@ import pytest
 from joulepool.attribution import attribute
 from joulepool.errors import AttributionRefused
 from joulepool.grade import Energy
-from tests.builders import H
+from tests.support.builders import H
 
 
 def test_no_occupants_is_refused() -> None:

@@ -2,7 +2,7 @@
 
 from joulepool.estimate import Declined, DeclineReason, Derived, Observation, derive_estimate
 from joulepool.grade import Energy
-from tests.builders import E, H, M
+from tests.support.builders import E, H, M
 
 
 def obs(uj: int, grade: object, class_: str | None = "train", ent: str = "a") -> Observation:

@@ -2,7 +2,7 @@
 
 from joulepool.estimate import Derived, Observation, derive_estimate
 from joulepool.grade import Energy, Grade
-from tests.builders import H, M
+from tests.support.builders import H, M
 
 
 def test_all_hardware_readings_still_give_a_model() -> None:

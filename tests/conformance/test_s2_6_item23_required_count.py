@@ -2,7 +2,7 @@
 
 from joulepool.estimate import Declined, DeclineReason, Derived, Observation, derive_estimate
 from joulepool.grade import Energy
-from tests.builders import H
+from tests.support.builders import H
 
 
 def history(n: int) -> list[Observation]:

@@ -2,7 +2,7 @@
 
 from joulepool.estimate import Declined, DeclineReason, Derived, Observation, derive_estimate
 from joulepool.grade import Energy, Grade
-from tests.builders import H
+from tests.support.builders import H
 
 
 def mixed() -> list[Observation]:

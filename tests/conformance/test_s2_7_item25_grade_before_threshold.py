@@ -8,7 +8,7 @@ from joulepool.idle import (
     NoVerdictReason,
     idle_verdict,
 )
-from tests.builders import E, H, M
+from tests.support.builders import E, H, M
 
 
 def test_an_observed_low_draw_is_idle() -> None:

@@ -9,7 +9,7 @@ from joulepool.idle import (
     idle_verdict,
     mean_uw,
 )
-from tests.builders import H
+from tests.support.builders import H
 
 
 def test_startup_shorter_than_the_window_is_not_idleness() -> None:

@@ -2,7 +2,7 @@
 
 from joulepool.grade import Energy
 from joulepool.idle import IdleObservation, IdlePolicy, reclamation_order
-from tests.builders import E, H, M
+from tests.support.builders import E, H, M
 
 POLICY = IdlePolicy(10_000_000, 5_000_000)
 

@@ -11,7 +11,7 @@ from joulepool.idle import (
     idle_verdict,
     reclamation_order,
 )
-from tests.builders import H
+from tests.support.builders import H
 
 PARKED = IdleObservation("parked", 4, 3_600_000_000, Energy(0, H))
 

@@ -2,7 +2,7 @@
 
 from joulepool.admission import Admit, Deny, DenyReason, Queue, QueueReason, decide
 from joulepool.tree import Usage
-from tests.builders import E, H, M, claim, spend, team_tree
+from tests.support.builders import E, H, M, claim, spend, team_tree
 
 
 def test_a_guess_spends_its_own_guarantee() -> None:

@@ -2,7 +2,7 @@
 
 from joulepool.admission import Deny, DenyReason, Queue, QueueReason, decide
 from joulepool.tree import Tree, Usage
-from tests.builders import M, claim, ent, spend, team_tree
+from tests.support.builders import M, claim, ent, spend, team_tree
 
 
 def test_devices_held_now_queue_devices_never_available_deny() -> None:

@@ -5,7 +5,7 @@ import pytest
 from joulepool.admission import Admit, decide
 from joulepool.grade import Grade
 from joulepool.tree import Usage
-from tests.builders import claim, spend, team_tree
+from tests.support.builders import claim, spend, team_tree
 
 
 @pytest.mark.parametrize("grade", list(Grade))

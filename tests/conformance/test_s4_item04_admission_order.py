@@ -2,7 +2,7 @@
 
 from joulepool.admission import Admit, Deny, DenyReason, Queue, QueueReason, decide
 from joulepool.tree import Tree, Usage
-from tests.builders import E, H, M, claim, ent, spend, team_tree
+from tests.support.builders import E, H, M, claim, ent, spend, team_tree
 
 
 def test_unknown_entitlement_is_refused_first() -> None:

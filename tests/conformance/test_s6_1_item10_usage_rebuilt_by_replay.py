@@ -4,8 +4,8 @@ import pytest
 
 from joulepool.errors import LedgerRefused
 from joulepool.ledger.replay import replay
-from tests.builders import team_tree
-from tests.ledgers import STEWARD, admitted, released, seal_all
+from tests.support.builders import team_tree
+from tests.support.ledgers import STEWARD, admitted, released, seal_all
 
 
 def test_replay_rebuilds_every_entitlements_usage() -> None:

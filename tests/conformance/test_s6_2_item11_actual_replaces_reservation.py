@@ -1,7 +1,7 @@
 """§7 item 11: on release the actual figure replaces the reservation, not added to it (§6.2)."""
 
 from joulepool.ledger.replay import replay
-from tests.ledgers import STEWARD, admitted, released, seal_all
+from tests.support.ledgers import STEWARD, admitted, released, seal_all
 
 
 def test_release_charges_the_actual_in_place_of_the_reservation() -> None:

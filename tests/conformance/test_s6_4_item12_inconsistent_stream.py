@@ -5,7 +5,7 @@ import pytest
 from joulepool.errors import LedgerRefused
 from joulepool.events import Event
 from joulepool.ledger.replay import replay
-from tests.ledgers import STEWARD, admitted, released, seal_all
+from tests.support.ledgers import STEWARD, admitted, released, seal_all
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from joulepool.errors import LedgerRefused
 from joulepool.ledger.cose import GENESIS, content_address, open_envelope, seal, verify_signature
 from joulepool.ledger.entry import core_of
 from joulepool.ledger.replay import replay
-from tests.ledgers import OTHER, STEWARD, admitted, seal_all
+from tests.support.ledgers import OTHER, STEWARD, admitted, seal_all
 
 
 def test_an_entry_is_a_cose_sign1_with_eddsa_and_the_steward_as_kid() -> None:

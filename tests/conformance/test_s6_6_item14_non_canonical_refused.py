@@ -7,7 +7,7 @@ from joulepool.ledger.cbor import encode
 from joulepool.ledger.cose import envelope_bytes, protected_header, sig_structure
 from joulepool.ledger.entry import core_of
 from joulepool.ledger.replay import replay
-from tests.ledgers import STEWARD, admitted, seal_all
+from tests.support.ledgers import STEWARD, admitted, seal_all
 
 
 def sign_payload(payload: bytes) -> bytes:

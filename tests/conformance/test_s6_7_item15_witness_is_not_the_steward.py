@@ -5,7 +5,7 @@ import pytest
 from joulepool.errors import WitnessRefused
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.witness import Attestation, WitnessError, check_witness, sign_witness
-from tests.ledgers import STEWARD, WITNESS
+from tests.support.ledgers import STEWARD, WITNESS
 
 HEAD = bytes(range(32))
 

@@ -3,7 +3,7 @@
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.replay import replay
 from joulepool.ledger.witness import Attestation, best_attestation, check_witness, sign_witness
-from tests.ledgers import STEWARD, WITNESS, admitted, seal_all
+from tests.support.ledgers import STEWARD, WITNESS, admitted, seal_all
 
 
 def test_no_receipt_is_self_attested_and_still_verifies() -> None:

@@ -2,7 +2,7 @@
 
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.witness import WitnessError, check_witness, sign_witness
-from tests.ledgers import STEWARD, WITNESS, admitted, seal_all
+from tests.support.ledgers import STEWARD, WITNESS, admitted, seal_all
 
 LEDGER = seal_all([admitted("c1"), admitted("c2"), admitted("c3")])
 HEADS = [content_address(e) for e in LEDGER]

@@ -41,13 +41,13 @@ def served_routes() -> set[tuple[str, str]]:
     }
 
 
-def test_issue17_api_md_documents_exactly_what_openapi_serves() -> None:
+def test_api_md_documents_exactly_what_openapi_serves() -> None:
     served, documented = served_routes(), documented_routes()
     assert served - documented == set(), "served but not in docs/api.md"
     assert documented - served == set(), "in docs/api.md but not served"
 
 
-def test_issue17_the_standard_ships_with_its_licence_and_attribution() -> None:
+def test_the_standard_ships_with_its_licence_and_attribution() -> None:
     standard = DOCS / "standard"
     assert (standard / "pool-v0.1.md").read_text(encoding="utf-8").startswith("<!--")
     licence = (standard / "LICENSE").read_text(encoding="utf-8")
@@ -56,7 +56,7 @@ def test_issue17_the_standard_ships_with_its_licence_and_attribution() -> None:
         assert (DOCS / page).stat().st_size > 1000, page
 
 
-def test_issue17_nothing_points_outside_the_repository() -> None:
+def test_nothing_points_outside_the_repository() -> None:
     offenders = []
     for root in ("README.md", "docs", "src", "sim", "tests", "benchmarks"):
         base = REPO / root

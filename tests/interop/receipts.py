@@ -18,7 +18,7 @@ from joulepool.ledger.cose import (
     verify_signature,
 )
 from joulepool.ledger.entry import core_of
-from tests.ledgers import OTHER, STEWARD, admitted, released, seal_all
+from tests.support.ledgers import OTHER, STEWARD, admitted, released, seal_all
 
 EVENTS: Final[tuple[Event, ...]] = (
     admitted("c0", "a", 100, Grade.HwShunt, class_="train"),

@@ -25,7 +25,7 @@ from joulepool.ledger.note import NoteSignatureInvalid, VerifierKey
 from joulepool.ledger.tiles import MAX_ENTRY_BYTES, TileReader, build_tiles
 from tests.interop.receipts import hexes, ledger
 from tests.interop.tools import AICS_TLOG_REQUIREMENTS, AicsTlog, Unavailable, aics_tlog
-from tests.ledgers import OTHER, STEWARD
+from tests.support.ledgers import OTHER, STEWARD
 
 ORIGIN = "pool.example/ledger"
 VKEY = log_verifier_key(STEWARD, ORIGIN)

@@ -21,7 +21,7 @@ from joulepool.ledger.cose import (
 )
 from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger, signed_elsewhere, tampered
 from tests.interop.tools import NodeCose
-from tests.ledgers import OTHER, STEWARD
+from tests.support.ledgers import OTHER, STEWARD
 
 pytestmark = pytest.mark.node
 

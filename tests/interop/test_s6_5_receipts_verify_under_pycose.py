@@ -31,7 +31,7 @@ from joulepool.ledger.cose import (
 )
 from tests.interop.receipts import TAMPERINGS, cores, hexes, ledger, signed_elsewhere, tampered
 from tests.interop.tools import Pycose
-from tests.ledgers import OTHER, STEWARD
+from tests.support.ledgers import OTHER, STEWARD
 
 KID_HEX = STEWARD.kid.encode().hex()
 

@@ -1,4 +1,4 @@
-"""Foreign COSE implementations for the interop tests (issue 3), each in its own world:
+"""Foreign COSE implementations for the interop tests, each in its own world:
 
 - pycose 1.1.0 with cbor2 5.x in a virtual environment of its own under .cache/interop/
   (pycose 1.1.0 cannot decode under the cbor2 6 that joulepool uses), built the way

@@ -33,7 +33,7 @@ from joulepool.ledger.note import (
     parse_note,
     sign_note,
 )
-from tests.ledgers import OTHER, STEWARD
+from tests.support.ledgers import OTHER, STEWARD
 
 ORIGIN = "pool.example/ledger"
 SPEC_TEXT = "example.com/behind-the-sofa\n20852163\nCsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I=\n"

@@ -12,7 +12,7 @@ from joulepool.estimate import Observation, Tally, decide_estimate, derive_estim
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.fold import LedgerState
-from tests.builders import team_tree
+from tests.support.builders import team_tree
 
 
 def adm(claim: str, ent: str = "a", uj: int = 100, class_: str | None = "x") -> Admitted:

@@ -8,7 +8,7 @@ with one of DESIGN.md §4's names, at the first bad entry, in §4's order. The s
 start-up over a FileStore (LedgerRefused, or the store's typed StoreError for a tail that
 is not a whole entry), and witness checks (`check_witness` always returns a report).
 
-Cores are built by `tests/ledger/strategies.py` from valid ones and mutated into every CBOR
+Cores are built by `tests/support/strategies.py` from valid ones and mutated into every CBOR
 type, then sealed with the steward's real key and chained, so the fuzz reaches the field and
 consistency checks; its reference model (`verdict`) states DESIGN.md §4 from the text, and
 every surface must agree with it exactly. Real ledgers (sealed by `pool exec seal` and by a
@@ -56,8 +56,9 @@ from joulepool.ledger.witness import AttestationReport, check_witness
 from joulepool.pool import Pool
 from joulepool.stores.file import FileStore
 from joulepool.stores.memory import MemoryStore
-from tests.builders import claim, team_tree
-from tests.ledger.strategies import (
+from tests.support.builders import claim, team_tree
+from tests.support.ledgers import STEWARD, WITNESS, admitted, seal_all, twenty
+from tests.support.strategies import (
     ENVELOPES,
     ERRORS,
     KID,
@@ -78,8 +79,7 @@ from tests.ledger.strategies import (
     witness_cores,
     witness_envelope,
 )
-from tests.ledger.strategies import as_bytes_view as bytes_view
-from tests.ledgers import STEWARD, WITNESS, admitted, seal_all, twenty
+from tests.support.strategies import as_bytes_view as bytes_view
 
 # -- profiles -------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import joulepool.ledger.replay as replay_module
 from joulepool.errors import LedgerRefused
 from joulepool.events import Event
 from joulepool.ledger.replay import BATCH, PARALLEL_FROM, replay
-from tests.ledgers import OTHER, STEWARD, admitted, released, seal_all
+from tests.support.ledgers import OTHER, STEWARD, admitted, released, seal_all
 
 LENGTH = 3 * BATCH + 17
 
@@ -102,7 +102,7 @@ BUSY_STDERR = textwrap.dedent(
     """
     import io, os, sys, threading
     from joulepool.ledger.replay import replay
-    from tests.ledgers import STEWARD, admitted, seal_all
+    from tests.support.ledgers import STEWARD, admitted, seal_all
 
     entries = seal_all([admitted(f"c{i}", "a", 1) for i in range(600)])
     sink = io.FileIO(os.open(os.devnull, os.O_WRONLY), "w")

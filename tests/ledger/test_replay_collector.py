@@ -8,7 +8,7 @@ import pytest
 
 from joulepool.errors import LedgerRefused
 from joulepool.ledger.replay import replay
-from tests.ledgers import STEWARD, twenty
+from tests.support.ledgers import STEWARD, twenty
 
 
 @pytest.mark.parametrize("workers", [1, 2])

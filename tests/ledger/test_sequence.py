@@ -15,7 +15,7 @@ from joulepool.ledger.sequence import (
     not_torn,
     split,
 )
-from tests.ledgers import twenty
+from tests.support.ledgers import twenty
 
 ITEMS = [
     0,

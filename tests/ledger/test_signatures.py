@@ -5,7 +5,7 @@ from __future__ import annotations
 from nacl.signing import VerifyKey
 
 from joulepool.ledger.cose import first_forged, open_envelope, sig_structure, verify_parts
-from tests.ledgers import OTHER, STEWARD, twenty
+from tests.support.ledgers import OTHER, STEWARD, twenty
 
 
 def _parts() -> list[tuple[bytes, bytes, bytes]]:

@@ -13,7 +13,7 @@ from joulepool.conformance.ledger_ops import replay_bytes, split_ledger
 from joulepool.errors import LedgerRefused
 from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.witness import WitnessError, check_witness, sign_witness
-from tests.ledgers import STEWARD, WITNESS, twenty
+from tests.support.ledgers import STEWARD, WITNESS, twenty
 
 LEDGER = twenty()
 DATA = b"".join(LEDGER)

@@ -27,7 +27,7 @@ def test_every_kind_has_one_row() -> None:
     assert sorted(r.kind for r in GRADE_TABLE) == sorted(MeterKind)
 
 
-def test_the_grades_the_issue_fixes() -> None:
+def test_each_meter_kind_carries_its_fixed_grade() -> None:
     assert grade_of(MeterKind.rapl) is Grade.HwShunt
     assert grade_of(MeterKind.nvml) is Grade.HwShunt
     assert grade_of(MeterKind.dcgm) is Grade.HwShunt

@@ -14,9 +14,9 @@ import pytest
 from joulepool.conformance.ledger_ops import split_ledger
 from joulepool.deployment.config import CONFIG, read_config
 from joulepool.ledger.keys import load_key_file
-from tests.pg import pg_dsn, pg_ledger, pg_server
-from tests.servers import Deployment, Serve, pool_cli, start_serve
-from tests.service.load import check_ledger, drive
+from tests.support.load import check_ledger, drive
+from tests.support.pg import pg_dsn, pg_ledger, pg_server
+from tests.support.servers import Deployment, Serve, pool_cli, start_serve
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_server"]
 

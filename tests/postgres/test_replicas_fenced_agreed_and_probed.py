@@ -12,7 +12,7 @@ configuration, and a readiness probe that sees the database.
   both digests; a SIGHUP with a changed pool.toml records the new one.
 - `/readyz` is a bounded round trip to PostgreSQL: never ready while it is down or silent.
 
-Real `pool serve` processes, a real PostgreSQL server (tests/pg.py); nothing mocked.
+Real `pool serve` processes, a real PostgreSQL server (tests/support/pg.py); nothing mocked.
 Store-level counterparts: tests/postgres/test_store.py.
 """
 
@@ -34,9 +34,9 @@ from joulepool.deployment.config import CONFIG, config_digest, read_config, writ
 from joulepool.ledger.keys import load_key_file
 from joulepool.stores.postgres import PostgresStore
 from joulepool.tree import Entitlement, Tree
-from tests.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
-from tests.reliability.support import MJ, Figures, Told, audit, claim, drive, roomy
-from tests.servers import Deployment, Serve, sighup, start_serve
+from tests.support.faults import MJ, Figures, Told, audit, claim, drive, roomy
+from tests.support.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
+from tests.support.servers import Deployment, Serve, sighup, start_serve
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_proxy", "pg_server"]
 

@@ -3,7 +3,7 @@
 
 A client gets an error or a verdict whose entry is committed, never a verdict that is not;
 no entry is written twice; each replica recovers by itself, with no restart. A real server
-(tests/pg.py) and a real relay that cuts the connection around a COMMIT; nothing mocked.
+(tests/support/pg.py) and a real relay that cuts the connection around a COMMIT; nothing mocked.
 Store- and Pool-level counterparts: tests/postgres/test_store.py
 (test_a_commit_lost_before_the_server_got_it_is_unknown_then_absent,
 test_a_commit_whose_answer_was_lost_landed_exactly_once,
@@ -25,9 +25,9 @@ from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import event_of
 from joulepool.ledger.keys import load_key_file
 from joulepool.stores.postgres import PostgresStore
-from tests.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
-from tests.reliability.support import Figures, Told, audit, claim, drive, roomy, usage_matches
-from tests.servers import Deployment, Serve, start_serve
+from tests.support.faults import Figures, Told, audit, claim, drive, roomy, usage_matches
+from tests.support.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
+from tests.support.servers import Deployment, Serve, start_serve
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_proxy", "pg_server"]
 

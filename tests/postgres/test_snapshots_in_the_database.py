@@ -11,8 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.pg import pg_dsn, pg_ledger, pg_server
-from tests.servers import Deployment, Serve, admit_and_release, start_serve
+from tests.support.pg import pg_dsn, pg_ledger, pg_server
+from tests.support.servers import Deployment, Serve, admit_and_release, start_serve
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_server"]
 

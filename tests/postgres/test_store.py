@@ -29,7 +29,7 @@ from joulepool.stores.postgres import (
     lock_key,
 )
 from joulepool.stores.postgres.sql import CLAIMS_PAST
-from tests.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
+from tests.support.pg import FaultProxy, PgServer, pg_dsn, pg_ledger, pg_proxy, pg_server
 
 __all__ = ["pg_dsn", "pg_ledger", "pg_proxy", "pg_server"]
 
@@ -454,7 +454,7 @@ def test_two_pools_on_one_ledger_decide_linearizably(
     from joulepool.ledger.replay import replay
     from joulepool.pool import Pool
     from joulepool.stores.file import FileStore
-    from tests.builders import claim, team_tree
+    from tests.support.builders import claim, team_tree
 
     key = KeyPair.generate("steward")
     tree = team_tree(g=1000, gd=4)
@@ -501,7 +501,7 @@ def test_a_pool_whose_commit_outcome_is_unknown_never_answers_falsely(
     from joulepool.errors import ClaimError
     from joulepool.ledger.keys import KeyPair
     from joulepool.pool import Pool
-    from tests.builders import claim, team_tree
+    from tests.support.builders import claim, team_tree
 
     key = KeyPair.generate("steward")
     pool = Pool(team_tree(), key, PostgresStore(pg_proxy.dsn(), ledger=pg_ledger))
@@ -541,7 +541,7 @@ def test_s6_1_rows_deleted_from_postgresql_are_refused_at_start(
     from joulepool.ledger.rollback import HighWater, HighWaterMissing, LedgerRolledBack
     from joulepool.pool import Pool
     from joulepool.stores.base import head_at
-    from tests.builders import claim, team_tree
+    from tests.support.builders import claim, team_tree
 
     key = KeyPair.generate("steward")
     pool = Pool(team_tree(), key, PostgresStore(pg_dsn, ledger=pg_ledger))

@@ -1,4 +1,4 @@
-"""Crash: `pool serve` under concurrent load, killed with SIGKILL at random moments (issue 6).
+"""Crash: `pool serve` under concurrent load, killed with SIGKILL at random moments.
 
 After every kill the server is started again on the same folder, and the ledger is audited:
 every admission and release a client was answered with is in it at the index it was given,
@@ -34,7 +34,7 @@ from joulepool.ledger.cose import GENESIS, content_address, seal
 from joulepool.ledger.entry import core_of
 from joulepool.ledger.keys import load_key_file
 from joulepool.stores.file import FileStore
-from tests.reliability.support import (
+from tests.support.faults import (
     MJ,
     Figures,
     Told,
@@ -44,7 +44,7 @@ from tests.reliability.support import (
     roomy,
     usage_matches,
 )
-from tests.servers import Deployment, Serve, pool_cli, start_serve
+from tests.support.servers import Deployment, Serve, pool_cli, start_serve
 
 ROUNDS = int(os.environ.get("JOULEPOOL_CRASH_ROUNDS", "20"))
 CLIENTS = 6

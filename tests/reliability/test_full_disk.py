@@ -1,4 +1,4 @@
-"""Full disk: `pool serve` with its deployment on a small tmpfs that fills up (issue 6).
+"""Full disk: `pool serve` with its deployment on a small tmpfs that fills up.
 
 While the disk is full every submission that would admit gets a clear error (503
 `disk_full`) and no Admit, releases likewise; nothing already in the ledger changes; and once
@@ -23,9 +23,9 @@ from joulepool.conformance.ledger_ops import split_ledger
 from joulepool.deployment.config import LEDGER
 from joulepool.ledger.keys import load_key_file
 from joulepool.stores.file import FileStore
-from tests.disks import fill, tmpfs
-from tests.reliability.support import MJ, Figures, Told, audit, claim, roomy, usage_matches
-from tests.servers import Deployment, start_serve
+from tests.support.disks import fill, tmpfs
+from tests.support.faults import MJ, Figures, Told, audit, claim, roomy, usage_matches
+from tests.support.servers import Deployment, start_serve
 
 DISK = "256k"
 

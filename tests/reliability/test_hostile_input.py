@@ -36,11 +36,11 @@ from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.replay import replay
 from joulepool.pool import Decision, Pool, ReleaseRequest
 from joulepool.stores.file import create
-from tests.builders import claim, team_tree
-from tests.ledger.strategies import ERRORS
-from tests.ledgers import STEWARD, WITNESS, twenty
-from tests.reliability.support import MJ, Figures, rss_kib
-from tests.servers import Deployment, Serve, serving
+from tests.support.builders import claim, team_tree
+from tests.support.faults import MJ, Figures, rss_kib
+from tests.support.ledgers import STEWARD, WITNESS, twenty
+from tests.support.servers import Deployment, Serve, serving
+from tests.support.strategies import ERRORS
 
 RECEIPTS = twenty()
 LEDGER = b"".join(RECEIPTS)

@@ -1,4 +1,4 @@
-"""Keys and tokens (issue 6): a secret key file readable by others is refused; a token for
+"""Keys and tokens: a secret key file readable by others is refused; a token for
 one subtree can neither read nor change another's; a ledger sealed by a different key is
 refused at index 0. All through real `pool serve` and `pool` processes.
 Earlier, narrower checks: tests/service/test_api.py::test_tokens_scopes_and_the_tenants_subtree.
@@ -17,8 +17,8 @@ import pytest
 
 from joulepool.deployment.config import KEY, LEDGER, PUBLIC_KEY
 from joulepool.ledger.keys import KeyPair, load_key_file, write_key_file
-from tests.reliability.support import Figures, claim
-from tests.servers import Deployment, Serve, pool_cli, start_serve
+from tests.support.faults import Figures, claim
+from tests.support.servers import Deployment, Serve, pool_cli, start_serve
 
 _figures = Figures("keys_and_tokens")
 

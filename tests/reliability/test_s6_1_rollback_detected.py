@@ -1,4 +1,4 @@
-"""Standard §6.1: a quota never refills because the ledger got shorter (issue 13).
+"""Standard §6.1: a quota never refills because the ledger got shorter.
 
 A hostile tester with `truncate`, a stale backup and a copy of another history tries to make
 every surface (`Pool` start-up, `pool serve`, `pool ledger verify DIR`, `pool admit`) answer
@@ -29,10 +29,10 @@ from joulepool.ledger.witness import sign_witness
 from joulepool.pool import Pool
 from joulepool.stores.base import head_at
 from joulepool.stores.highwater import SLOT, record_path
-from tests.builders import claim
-from tests.reliability.support import Figures
-from tests.reliability.support import claim as claim_json
-from tests.servers import Deployment, pool_cli, start_serve
+from tests.support.builders import claim
+from tests.support.faults import Figures
+from tests.support.faults import claim as claim_json
+from tests.support.servers import Deployment, pool_cli, start_serve
 
 MJ = 1_000_000_000_000
 AUDITOR = KeyPair.from_seed("auditor", bytes(range(2, 34)))
@@ -152,7 +152,7 @@ def test_s6_1_another_history_of_the_same_length_is_refused(tmp_path: Path) -> N
 def test_s6_1_a_kept_witness_receipt_holds_even_when_the_record_is_lost_too(
     deployment: Path,
 ) -> None:
-    # The issue's case: a receipt kept at 120, then the file cut back and its record with it
+    # A receipt kept at 120, then the file cut back and its record with it
     # (a whole-folder restore of both, say). The receipt alone still refuses the start.
     pool = open_pool(deployment)
     receipt = sign_witness(AUDITOR, "steward", pool.head, pool.length, 1)
@@ -286,7 +286,7 @@ def test_s6_1_the_record_follows_every_append_and_never_runs_ahead(tmp_path: Pat
 def test_s6_1_a_pool_over_a_memory_store_holds_to_given_marks() -> None:
     from joulepool.ledger.rollback import HighWater, Mark
     from joulepool.stores.memory import MemoryStore
-    from tests.builders import team_tree
+    from tests.support.builders import team_tree
 
     key = KeyPair.from_seed("steward", bytes(32))
     pool = Pool(team_tree(), key, MemoryStore())

@@ -1,4 +1,4 @@
-"""Standard §6.1: a torn write is only a torn write (issue 13).
+"""Standard §6.1: a torn write is only a torn write.
 
 Every single-bit flip of a real ledger, written by `Pool` through the file store, is put
 through the surfaces that tell a torn write from damage: opening the file (as `pool serve`
@@ -12,7 +12,7 @@ and `pool ledger verify` do), verifying it, and `pool ledger recover`. For each 
   the index of the entry that was flipped.
 
 CI sweeps a ledger of JOULEPOOL_FLIP_ENTRIES entries (16 by default, every bit of it); set it
-to 311 for the issue's own size (docs/reliability.md has the figures of both).
+to 311 for the size of the original finding (docs/reliability.md has the figures of both).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.replay import Replayer, replay
 from joulepool.stores.file import CorruptLedger, FileStore, recover
 from joulepool.stores.highwater import record_path
-from tests.builders import claim
-from tests.reliability.support import Figures
+from tests.support.builders import claim
+from tests.support.faults import Figures
 
 MJ = 1_000_000_000_000
 ENTRIES = int(os.environ.get("JOULEPOOL_FLIP_ENTRIES", "16"))

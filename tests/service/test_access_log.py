@@ -1,4 +1,4 @@
-"""Issue 17, "an access log line per request": time, token name, method, path, status, claim
+"""An access log line per request: time, token name, method, path, status, claim
 and verdict where there is one, never the token; human or JSON (`--log-format json`)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import time
 from pathlib import Path
 
-from tests.servers import Deployment, Serve, start_serve
+from tests.support.servers import Deployment, Serve, start_serve
 
 MJ = 10**12
 
@@ -42,7 +42,7 @@ def lines(serve: Serve, count: int) -> list[str]:
     raise AssertionError(serve.output())
 
 
-def test_issue17_access_log_human_names_token_claim_and_verdict_never_the_secret(
+def test_access_log_human_names_token_claim_and_verdict_never_the_secret(
     tmp_path: Path,
 ) -> None:
     d = Deployment.create(tmp_path / "d")
@@ -61,7 +61,7 @@ def test_issue17_access_log_human_names_token_claim_and_verdict_never_the_secret
     assert d.operator not in serve.output() and "not-a-token" not in serve.output()
 
 
-def test_issue17_access_log_json_is_one_object_per_request(tmp_path: Path) -> None:
+def test_access_log_json_is_one_object_per_request(tmp_path: Path) -> None:
     d = Deployment.create(tmp_path / "d")
     serve = start_serve(d.folder, "--log-format", "json")
     try:
@@ -76,7 +76,7 @@ def test_issue17_access_log_json_is_one_object_per_request(tmp_path: Path) -> No
     assert all(isinstance(g["ms"], float | int) and g["time"].endswith("Z") for g in got)
 
 
-def test_issue17_no_access_log_turns_it_off(tmp_path: Path) -> None:
+def test_no_access_log_turns_it_off(tmp_path: Path) -> None:
     d = Deployment.create(tmp_path / "d")
     serve = start_serve(d.folder, "--no-access-log")
     try:
@@ -87,7 +87,7 @@ def test_issue17_no_access_log_turns_it_off(tmp_path: Path) -> None:
         serve.kill()
 
 
-def test_issue17_a_log_that_cannot_be_written_never_costs_an_answer() -> None:
+def test_a_log_that_cannot_be_written_never_costs_an_answer() -> None:
     """A full disk under the log (tests/reliability/test_full_disk.py) drops the line."""
     import asyncio
     import io

@@ -11,7 +11,7 @@ import pytest
 from joulepool.conformance.ledger_ops import replay_bytes
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.witness import sign_witness
-from tests.servers import Deployment, Serve, start_serve
+from tests.support.servers import Deployment, Serve, start_serve
 
 MJ = 10**12
 

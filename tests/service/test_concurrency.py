@@ -1,4 +1,4 @@
-"""Many clients at once against one `pool serve` (issue 5): the ledger replays to exactly
+"""Many clients at once against one `pool serve`: the ledger replays to exactly
 the usage the service reports, every admission a client was told of is in it at the index
 it was told, and the ledger is a valid serial history (a sequential oracle re-decides it)."""
 
@@ -12,8 +12,8 @@ import pytest
 from joulepool.conformance.ledger_ops import split_ledger
 from joulepool.deployment.config import CONFIG, read_config
 from joulepool.ledger.keys import load_key_file
-from tests.servers import Deployment, Serve, start_serve
-from tests.service.load import check_ledger, drive
+from tests.support.load import check_ledger, drive
+from tests.support.servers import Deployment, Serve, start_serve
 
 CLIENTS = 16
 OPS_PER_CLIENT = 40

@@ -1,4 +1,4 @@
-"""`GET /v1/dashboard` (issue 18) without a browser: scope decided on the server, a bad
+"""`GET /v1/dashboard` without a browser: scope decided on the server, a bad
 period refused, and the ledger-history line (`service/timeline.py`) ending at the period's
 committed figure, bounded in memory, with a release moving the period its claim was
 admitted in (DESIGN.md §3)."""
@@ -16,9 +16,9 @@ from joulepool.periods import Schedule
 from joulepool.pool import Pool
 from joulepool.service.timeline import MAX_POINTS, Timeline
 from joulepool.stores.memory import MemoryStore
-from tests.builders import team_tree
-from tests.ledgers import STEWARD
-from tests.servers import Deployment, Serve, serving, sighup
+from tests.support.builders import team_tree
+from tests.support.ledgers import STEWARD
+from tests.support.servers import Deployment, Serve, serving, sighup
 
 MJ = 10**12
 DAY_MS = 86_400_000
@@ -63,7 +63,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploymen
         run.close()
 
 
-def test_issue18_an_operator_reads_the_whole_tree_and_the_ledger(
+def test_an_operator_reads_the_whole_tree_and_the_ledger(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -98,7 +98,7 @@ def ops_get(serve: Serve, token: str, path: str) -> Any:
         return r.json()
 
 
-def test_issue18_a_tenant_reads_its_subtree_only_and_no_ledger(
+def test_a_tenant_reads_its_subtree_only_and_no_ledger(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -111,7 +111,7 @@ def test_issue18_a_tenant_reads_its_subtree_only_and_no_ledger(
     assert "ledger" not in out
 
 
-def test_issue18_the_dashboard_data_needs_a_reading_token_and_a_real_period(
+def test_the_dashboard_data_needs_a_reading_token_and_a_real_period(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -133,9 +133,7 @@ def test_issue18_the_dashboard_data_needs_a_reading_token_and_a_real_period(
         assert (refused.status_code, refused.json()["error"]) == (403, "forbidden")
 
 
-def test_issue18_the_timeline_ends_at_committed_stays_bounded_and_charges_the_admit_period() -> (
-    None
-):
+def test_the_timeline_ends_at_committed_stays_bounded_and_charges_the_admit_period() -> None:
     now = {"ms": 10 * DAY_MS}
     pool = Pool(
         team_tree(g=10**15), STEWARD, MemoryStore(), clock=lambda: now["ms"], period=Schedule("day")

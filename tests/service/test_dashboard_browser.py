@@ -1,5 +1,5 @@
 """The dashboard at `/ui` in a real headless Chromium against a real `pool serve` on
-127.0.0.1 (issue 18), driven through the DevTools protocol (tests/browser.py).
+127.0.0.1, driven through the DevTools protocol (tests/support/browser.py).
 
 - the page loads with no console error and no request leaving 127.0.0.1, and never puts
   the token in a URL;
@@ -35,8 +35,8 @@ from joulepool.deployment.open import open_pool
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.witness import sign_witness
-from tests.browser import INSTALL_HINT, Chromium, Page, chromium_binary
-from tests.servers import Deployment, Serve, pool_cli, start_serve
+from tests.support.browser import INSTALL_HINT, Chromium, Page, chromium_binary
+from tests.support.servers import Deployment, Serve, pool_cli, start_serve
 
 MJ = 10**12
 WITNESSED_MS = 1_796_300_000_000
@@ -200,7 +200,7 @@ def expected(entitlement: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def test_issue18_the_page_loads_without_console_errors_or_requests_leaving_loopback(
+def test_the_page_loads_without_console_errors_or_requests_leaving_loopback(
     browser: Chromium, served: tuple[Deployment, Serve, str]
 ) -> None:
     deployment, serve, _ = served
@@ -215,7 +215,7 @@ def test_issue18_the_page_loads_without_console_errors_or_requests_leaving_loopb
 
 
 # Before any test below adds its claims, so the picture shows the history alone.
-def test_issue18_a_screenshot_of_the_operator_view(
+def test_a_screenshot_of_the_operator_view(
     browser: Chromium, served: tuple[Deployment, Serve, str], tmp_path: Path
 ) -> None:
     deployment, serve, _ = served
@@ -231,7 +231,7 @@ def test_issue18_a_screenshot_of_the_operator_view(
     assert page.console_errors == []
 
 
-def test_issue18_each_entitlement_shows_the_figures_the_api_and_pool_usage_give(
+def test_each_entitlement_shows_the_figures_the_api_and_pool_usage_give(
     browser: Chromium, served: tuple[Deployment, Serve, str]
 ) -> None:
     deployment, serve, _ = served
@@ -286,7 +286,7 @@ def test_issue18_each_entitlement_shows_the_figures_the_api_and_pool_usage_give(
     assert facts["witnessed_at_ms"] == "2026-12-03 12:13:20 UTC by auditor"
 
 
-def test_issue18_a_past_period_chosen_on_the_page_shows_that_periods_figures(
+def test_a_past_period_chosen_on_the_page_shows_that_periods_figures(
     browser: Chromium, served: tuple[Deployment, Serve, str]
 ) -> None:
     deployment, serve, past = served
@@ -307,7 +307,7 @@ def test_issue18_a_past_period_chosen_on_the_page_shows_that_periods_figures(
     assert api[1]["usage"]["charged_uj"] == (5 + 6 + 7 + 8) * MJ
 
 
-def test_issue18_an_admission_through_the_api_appears_without_a_reload(
+def test_an_admission_through_the_api_appears_without_a_reload(
     browser: Chromium, served: tuple[Deployment, Serve, str]
 ) -> None:
     deployment, serve, _ = served
@@ -350,7 +350,7 @@ def _entitlement(serve: Serve, deployment: Deployment, ent: str) -> dict[str, An
         return answer
 
 
-def test_issue18_a_tenant_token_shows_only_its_own_subtree(
+def test_a_tenant_token_shows_only_its_own_subtree(
     browser: Chromium, served: tuple[Deployment, Serve, str]
 ) -> None:
     deployment, serve, _ = served

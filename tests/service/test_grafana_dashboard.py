@@ -1,4 +1,4 @@
-"""deploy/grafana/joulepool.json and deploy/prometheus/prometheus.yml (issue 18): every
+"""deploy/grafana/joulepool.json and deploy/prometheus/prometheus.yml: every
 PromQL expression of the Grafana board names only metrics `pool serve` exports, checked
 against the declared list (`metrics.exported_names`) and against a real scrape; the
 example scrape configuration sends the bearer token from a file."""
@@ -16,7 +16,7 @@ import yaml  # type: ignore[import-untyped]
 from prometheus_client.parser import text_string_to_metric_families
 
 from joulepool.service.metrics import exported_names
-from tests.servers import Deployment, Serve, serving
+from tests.support.servers import Deployment, Serve, serving
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 KEYWORDS = {
@@ -68,7 +68,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploymen
     yield from serving(tmp_path_factory.mktemp("grafana") / "d")
 
 
-def test_issue18_every_grafana_query_names_only_exported_metrics(
+def test_every_grafana_query_names_only_exported_metrics(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -85,7 +85,7 @@ def test_issue18_every_grafana_query_names_only_exported_metrics(
     assert used - ONLY_WHEN_KNOWN <= scraped, sorted(used - ONLY_WHEN_KNOWN - scraped)
 
 
-def test_issue18_the_board_covers_what_the_issue_asks() -> None:
+def test_the_board_covers_usage_verdicts_ledger_and_latency() -> None:
     board = json.loads((DEPLOY / "grafana" / "joulepool.json").read_text(encoding="utf-8"))
     by_title = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in board["panels"]}
     joined = " ".join(by_title.values())
@@ -96,7 +96,7 @@ def test_issue18_the_board_covers_what_the_issue_asks() -> None:
     assert "pool_commit_seconds_bucket" in by_title["Commit latency"]
 
 
-def test_issue18_the_example_scrape_config_sends_the_token_from_a_file() -> None:
+def test_the_example_scrape_config_sends_the_token_from_a_file() -> None:
     config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
     (job,) = config["scrape_configs"]
     assert job["metrics_path"] == "/metrics"

@@ -1,4 +1,4 @@
-"""`/metrics` in Prometheus's conventions (issue 18), against a real `pool serve`: parsed with
+"""`/metrics` in Prometheus's conventions, against a real `pool serve`: parsed with
 prometheus-client's own text parser, every figure checked against the HTTP API's and
 `pool usage --json`'s answer for the same state (one answer everywhere).
 
@@ -26,7 +26,7 @@ from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.witness import sign_witness
 from joulepool.service.metrics import USAGE_GAUGES, exported_names
-from tests.servers import Deployment, Serve, pool_cli, serving, start_serve
+from tests.support.servers import Deployment, Serve, pool_cli, serving, start_serve
 
 MJ = 10**12
 SIGNED_MS = 1_796_000_000_123
@@ -85,7 +85,7 @@ def by_entitlement(samples: list[Sample]) -> dict[str, float]:
     return {s.labels["entitlement"]: s.value for s in samples}
 
 
-def test_issue18_usage_gauges_equal_the_api_and_pool_usage_in_joules(
+def test_usage_gauges_equal_the_api_and_pool_usage_in_joules(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -112,7 +112,7 @@ def test_issue18_usage_gauges_equal_the_api_and_pool_usage_in_joules(
     assert set(by_entitlement(families["pool_limit_joules"])) == {"language"}
 
 
-def test_issue18_period_and_ledger_figures_equal_the_api(served: tuple[Deployment, Serve]) -> None:
+def test_period_and_ledger_figures_equal_the_api(served: tuple[Deployment, Serve]) -> None:
     deployment, serve = served
     families = scrape(serve, deployment.operator)
     with serve.client(deployment.operator) as ops:
@@ -136,7 +136,7 @@ def test_issue18_period_and_ledger_figures_equal_the_api(served: tuple[Deploymen
     assert families["pool_fsyncs"][0].name == "pool_fsyncs_total"
 
 
-def test_issue18_verdicts_are_counted_by_entitlement_verdict_and_reason(
+def test_verdicts_are_counted_by_entitlement_verdict_and_reason(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -152,7 +152,7 @@ def test_issue18_verdicts_are_counted_by_entitlement_verdict_and_reason(
     assert got == want
 
 
-def test_issue18_commit_latency_is_a_histogram_of_every_durable_answer(
+def test_commit_latency_is_a_histogram_of_every_durable_answer(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -164,7 +164,7 @@ def test_issue18_commit_latency_is_a_histogram_of_every_durable_answer(
     assert all(a.value <= b.value for a, b in pairwise(buckets))
 
 
-def test_issue18_a_tenant_reads_its_subtree_and_its_own_verdicts_only(
+def test_a_tenant_reads_its_subtree_and_its_own_verdicts_only(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -181,7 +181,7 @@ def test_issue18_a_tenant_reads_its_subtree_and_its_own_verdicts_only(
         assert hidden not in mine
 
 
-def test_issue18_every_exported_name_is_listed_for_dashboards(
+def test_every_exported_name_is_listed_for_dashboards(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -189,7 +189,7 @@ def test_issue18_every_exported_name_is_listed_for_dashboards(
     assert names <= exported_names(), names - exported_names()
 
 
-def test_issue18_witnessed_length_and_snapshot_age_appear_once_known(tmp_path: Path) -> None:
+def test_witnessed_length_and_snapshot_age_appear_once_known(tmp_path: Path) -> None:
     deployment = Deployment.create(tmp_path / "d")
     pool = open_pool(deployment.folder)
     try:

@@ -1,4 +1,4 @@
-"""schemathesis against the live `/openapi.json` (issue 5): whatever it generates, valid or
+"""schemathesis against the live `/openapi.json`: whatever it generates, valid or
 not, no response is a 500 and every response matches the published schema."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import Deployment, Serve, serving
+from tests.support.servers import Deployment, Serve, serving
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 

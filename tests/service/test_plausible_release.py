@@ -12,7 +12,7 @@ from pathlib import Path
 
 from joulepool.deployment.config import CONFIG, config_digest, read_config
 from joulepool.views.plausibility import physical_bound_uj
-from tests.servers import Deployment, pool_cli, start_serve
+from tests.support.servers import Deployment, pool_cli, start_serve
 
 MJ = 10**12
 GJ = 10**15

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from joulepool.ledger.snapshot import SnapshotFolder
-from tests.servers import Deployment, admit_and_release, start_serve
+from tests.support.servers import Deployment, admit_and_release, start_serve
 
 MJ = 10**12
 

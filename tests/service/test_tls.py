@@ -1,4 +1,4 @@
-"""Issue 17, "TLS": `pool serve --tls-cert FILE --tls-key FILE` (and `--tls-client-ca` for
+"""TLS: `pool serve --tls-cert FILE --tls-key FILE` (and `--tls-client-ca` for
 mutual TLS), with a real certificate made here (`cryptography`) and a real TLS client
 (httpx over the standard library's ssl); the custom protocol class keeps its limits."""
 
@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.servers import Deployment, Serve, pool_cli, start_serve
+from tests.support.servers import Deployment, Serve, pool_cli, start_serve
 
 
 def _name(common: str) -> x509.Name:
@@ -106,9 +106,7 @@ def _wait_tls(serve: Serve, context: ssl.SSLContext) -> None:
     raise RuntimeError(serve.output())
 
 
-def test_issue17_serve_over_tls_with_a_real_certificate(
-    tmp_path: Path, pki: dict[str, Path]
-) -> None:
+def test_serve_over_tls_with_a_real_certificate(tmp_path: Path, pki: dict[str, Path]) -> None:
     d = Deployment.create(tmp_path / "d")
     serve = start_serve(
         d.folder, "--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]), wait=False
@@ -146,7 +144,7 @@ def test_issue17_serve_over_tls_with_a_real_certificate(
         serve.kill()
 
 
-def test_issue17_mutual_tls_refuses_a_client_without_a_certificate(
+def test_mutual_tls_refuses_a_client_without_a_certificate(
     tmp_path: Path, pki: dict[str, Path]
 ) -> None:
     d = Deployment.create(tmp_path / "d")
@@ -174,9 +172,7 @@ def test_issue17_mutual_tls_refuses_a_client_without_a_certificate(
         serve.kill()
 
 
-def test_issue17_wrong_tls_files_are_one_line_naming_them(
-    tmp_path: Path, pki: dict[str, Path]
-) -> None:
+def test_wrong_tls_files_are_one_line_naming_them(tmp_path: Path, pki: dict[str, Path]) -> None:
     d = Deployment.create(tmp_path / "d")
     missing = pool_cli(
         "serve",

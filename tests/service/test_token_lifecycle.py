@@ -1,4 +1,4 @@
-"""Issue 17, "tokens and transport": `pool token list` (names, scopes, created, expires,
+"""Tokens and transport: `pool token list` (names, scopes, created, expires,
 never the secret), `pool token revoke NAME`, `--expires`; a running service takes changes on
 SIGHUP; tokens.toml stays strictly checked, `created` and `expires` included."""
 
@@ -17,10 +17,10 @@ import pytest
 from joulepool.deployment.config import CONFIG, TOKENS, read_config
 from joulepool.errors import InvalidInput, InvalidTokens
 from joulepool.service.tokens import TokenBook, TokenEntry, parse_expiry, read_tokens
-from tests.servers import Deployment, pool_cli, start_serve
+from tests.support.servers import Deployment, pool_cli, start_serve
 
 
-def test_issue17_token_list_shows_names_scopes_and_dates_never_the_secret(tmp_path: Path) -> None:
+def test_token_list_shows_names_scopes_and_dates_never_the_secret(tmp_path: Path) -> None:
     folder = tmp_path / "d"
     assert pool_cli("init", str(folder)).returncode == 0
     made = json.loads(
@@ -41,7 +41,7 @@ def test_issue17_token_list_shows_names_scopes_and_dates_never_the_secret(tmp_pa
     assert hashlib.sha256(made["token"].encode()).hexdigest() not in text
 
 
-def test_issue17_revoke_and_sighup_stop_a_running_service_taking_a_token(tmp_path: Path) -> None:
+def test_revoke_and_sighup_stop_a_running_service_taking_a_token(tmp_path: Path) -> None:
     d = Deployment.create(tmp_path / "d")
     spare = d.add_token("spare", "operator")
     serve = start_serve(d.folder)
@@ -66,7 +66,7 @@ def test_issue17_revoke_and_sighup_stop_a_running_service_taking_a_token(tmp_pat
         serve.kill()
 
 
-def test_issue17_an_expired_token_is_refused_like_an_unknown_one() -> None:
+def test_an_expired_token_is_refused_like_an_unknown_one() -> None:
     past = datetime.now(UTC) - timedelta(seconds=1)
     future = datetime.now(UTC) + timedelta(days=1)
     book = TokenBook(
@@ -80,7 +80,7 @@ def test_issue17_an_expired_token_is_refused_like_an_unknown_one() -> None:
     assert found is not None and found.name == "new"
 
 
-def test_issue17_expires_takes_durations_and_dates_and_refuses_the_past() -> None:
+def test_expires_takes_durations_and_dates_and_refuses_the_past() -> None:
     now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
     assert parse_expiry("90d", now) == now + timedelta(days=90)
     assert parse_expiry("12h", now) == now + timedelta(hours=12)
@@ -90,7 +90,7 @@ def test_issue17_expires_takes_durations_and_dates_and_refuses_the_past() -> Non
             parse_expiry(bad, now)
 
 
-def test_issue17_tokens_toml_dates_are_checked_with_their_line(tmp_path: Path) -> None:
+def test_tokens_toml_dates_are_checked_with_their_line(tmp_path: Path) -> None:
     folder = tmp_path / "d"
     assert pool_cli("init", str(folder)).returncode == 0
     tree = read_config(folder / CONFIG).tree

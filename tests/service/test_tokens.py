@@ -1,8 +1,8 @@
-"""`tokens.toml` as a trust boundary (issue 14, API.md "Tokens"): `read_tokens` refuses a file
+"""`tokens.toml` as a trust boundary (API.md "Tokens"): `read_tokens` refuses a file
 others may read, a token or a name listed twice, and any scope that is not exactly
 `operator`, `metrics` or `tenant:<id in the tree>`, naming the file and the line of the
 `[[token]]` table at fault. Through real `pool serve` processes:
-tests/reliability/test_s14_tokens_and_metrics.py.
+tests/reliability/test_tokens_and_metrics_access.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from joulepool.deployment.config import MJ
-from tests.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of, summary_ms
+from tests.support.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of, summary_ms
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -216,7 +216,7 @@ def test_sbatch_time_added_by_the_bridge(
 ) -> None:
     """The figure for the note: sbatch with the bridge against sbatch with a no-op script."""
     from joulepool.bridges.slurm.install import shipped_lua
-    from tests.slurm.testbed import NOOP_JOB_SUBMIT
+    from tests.support.slurm.testbed import NOOP_JOB_SUBMIT
 
     bridged_lua = bridge.bed.job_submit.read_text()
     args = (
@@ -260,8 +260,8 @@ def test_sbatch_time_added_by_the_bridge(
     assert figures["bridge"]["median_ms"] - figures["noop"]["median_ms"] < 500
 
 
-def test_issue17_comment_estimate_takes_units_exactly(bridge: Bridge) -> None:
-    """Issue 17, "energy typed with units": `--comment=pool:estimate=1.5kJ` is 1,500,000,000
+def test_comment_estimate_takes_units_exactly(bridge: Bridge) -> None:
+    """Energy typed with units: `--comment=pool:estimate=1.5kJ` is 1,500,000,000
     µJ exactly; a figure that is not whole µJ, or an ambiguous unit, is refused at sbatch."""
     job_id = bridge.submit(
         "-A", "phys", "--comment=pool:estimate=0.25Wh,grade=ModelBased", "--wrap", "true"

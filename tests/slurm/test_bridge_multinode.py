@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from joulepool.bridges.slurm.jobs import job_energy
-from tests.slurm.bridge import Bridge, module_bridge, note_of
+from tests.support.slurm.bridge import Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

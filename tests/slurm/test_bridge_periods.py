@@ -18,7 +18,7 @@ import pytest
 
 from joulepool.deployment.config import MJ
 from joulepool.pool import wall_clock_ms
-from tests.slurm.bridge import Bridge, note_of, start_bridge
+from tests.support.slurm.bridge import Bridge, note_of, start_bridge
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

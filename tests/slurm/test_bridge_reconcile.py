@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of
+from tests.support.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from joulepool.bridges.slurm.config import PoolUnreachable
 from joulepool.bridges.slurm.jobs import PoolClient
 from tests.service.test_tls import _certificate, _name, _write
-from tests.slurm.bridge import Bridge, note_of, start_bridge
+from tests.support.slurm.bridge import Bridge, note_of, start_bridge
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

@@ -21,7 +21,7 @@ from joulepool.bridges.slurm.jobs import GPU_ENTRY, weakest
 from joulepool.errors import InvalidInput
 from joulepool.grade import Energy, Grade
 from joulepool.meters import DcgmMeter, Reading
-from tests.servers import free_port
+from tests.support.servers import free_port
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def exporter(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(Path(__file__).with_name("fake_dcgm.py")),
+            str(Path(__file__).parents[1] / "support" / "slurm" / "fake_dcgm.py"),
             "--port",
             str(port),
             "--gpus",

@@ -22,7 +22,7 @@ from joulepool.stores.file import (
     create,
     recover,
 )
-from tests.disks import fill, tmpfs
+from tests.support.disks import fill, tmpfs
 
 
 def entry(i: int, size: int = 40) -> bytes:
@@ -189,7 +189,7 @@ def _spy_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
 def test_design_s4_resume_reads_only_after_the_snapshot_and_the_rest_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A start from a state snapshot reads only the entries after it (issue 16): the hint
+    """A start from a state snapshot reads only the entries after it: the hint
     names entry 19's bytes; nothing before them is read until an older entry is asked for,
     and then the whole file is scanned once and every answer is the same."""
     path, many, (start, end) = thirty_entries(tmp_path)

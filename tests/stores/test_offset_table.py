@@ -16,7 +16,7 @@ from joulepool.stores.base import refuse_rollback
 from joulepool.stores.file import FileStore
 from joulepool.stores.highwater import HighWaterFile, record_path
 from joulepool.stores.offset_table import EVERY, read_table, table_path, write_table
-from tests.ledgers import admitted, seal_all
+from tests.support.ledgers import admitted, seal_all
 
 LENGTH = 2 * EVERY + 300
 SNAPSHOT = LENGTH - 50

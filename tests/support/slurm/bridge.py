@@ -34,8 +34,8 @@ from joulepool.bridges.slurm.install import (
     install_config,
 )
 from joulepool.bridges.slurm.jobs import GPU_ENTRY, SlurmJob, list_jobs
-from tests.servers import Deployment, Serve, free_port, start_serve
-from tests.slurm.testbed import (
+from tests.support.servers import Deployment, Serve, free_port, start_serve
+from tests.support.slurm.testbed import (
     ACCOUNTING_PACKAGES,
     CORE_PACKAGES,
     Testbed,

@@ -25,7 +25,7 @@ from nacl.signing import SigningKey
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.entry import core_of
-from tests.ledgers import OTHER, STEWARD, WITNESS
+from tests.support.ledgers import OTHER, STEWARD, WITNESS
 
 GENESIS: Final = bytes(32)
 KID: Final = STEWARD.kid

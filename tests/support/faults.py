@@ -1,4 +1,4 @@
-"""Shared parts of the reliability battery (issue 6): a load that survives its server being
+"""Shared parts of the reliability battery: a load that survives its server being
 killed, the after-the-fault ledger audit every test runs, and the figures each test records.
 
 Figures go to stdout (`pytest -s` shows them) and to one JSON file per test under

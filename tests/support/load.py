@@ -1,5 +1,5 @@
 """A concurrent load of random claims and releases against one or more `pool serve`
-replicas, and the checks every such run must pass afterwards (issue 5)."""
+replicas, and the checks every such run must pass afterwards."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.keys import KeyPair
 from joulepool.tree import Tree
-from tests.servers import Serve
-from tests.service.oracle import replay_with_oracle
+from tests.support.oracle import replay_with_oracle
+from tests.support.servers import Serve
 
 MJ = 10**12
 GRADES = ("HwShunt", "ModelBased", "Estimator")

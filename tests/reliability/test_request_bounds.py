@@ -1,7 +1,7 @@
-"""`pool serve` at a trust boundary (issue 14): what one client may cost the service.
+"""`pool serve` at a trust boundary: what one client may cost the service.
 
-Each test drives a real `pool serve` over real sockets on 127.0.0.1, as the attacker of
-the issue did: bodies sent without a token, bodies past the limit, headers trickled or
+Each test drives a real `pool serve` over real sockets on 127.0.0.1, as an attacker
+would: bodies sent without a token, bodies past the limit, headers trickled or
 swollen, a flood of connections past the descriptor limit, redirects built from `Host`.
 Loops are bounded and every socket has a timeout.
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.reliability.support import Figures
-from tests.servers import Deployment, Serve, free_port, serving, wait_ready
+from tests.support.faults import Figures
+from tests.support.servers import Deployment, Serve, free_port, serving, wait_ready
 
 CLAIM = {
     "id": "job-1",

@@ -1,4 +1,4 @@
-"""Claim ids at a trust boundary (issue 14; API.md "Additions"; claim_id.py).
+"""Claim ids at a trust boundary (API.md "Additions"; claim_id.py).
 
 Found: a tenant could have claims admitted whose ids contain `/` (then unreadable and
 unreleasable), run to megabytes, or carry terminal escapes, NUL or U+202E that `pool
@@ -31,8 +31,8 @@ from joulepool.grade import Energy, Grade
 from joulepool.ledger.keys import write_key_file
 from joulepool.pool import Pool
 from joulepool.stores.memory import MemoryStore
-from tests.ledgers import STEWARD, admitted, released, seal_all
-from tests.servers import Deployment, Serve, pool_cli, serving
+from tests.support.ledgers import STEWARD, admitted, released, seal_all
+from tests.support.servers import Deployment, Serve, pool_cli, serving
 
 BAD_IDS = {
     "slash": ("a/b", "'/'"),

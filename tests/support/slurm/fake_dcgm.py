@@ -6,7 +6,7 @@ It serves DCGM exporter's exposition at `/metrics`: one
 moment it starts, like the simulated RAPL meter. SIGUSR1 resets every counter to 0 (as a
 driver reload does to NVML's counter, which DCGM reads), so tests can make a reset happen.
 
-    python tests/slurm/fake_dcgm.py --port 9400 --gpus 4 --watts 250 --ready-file F
+    python tests/support/slurm/fake_dcgm.py --port 9400 --gpus 4 --watts 250 --ready-file F
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Readiness and start-up refusals of `pool serve` on a ledger file (issue 14).
+"""Readiness and start-up refusals of `pool serve` on a ledger file.
 
 - A second `pool serve` on the same folder used to stay unready for ever (the ledger file's
   lock was taken in the background replay): it now exits non-zero at once, naming the pid
@@ -30,9 +30,9 @@ from joulepool.deployment.config import LEDGER
 from joulepool.errors import DiskFull
 from joulepool.ledger.keys import load_key_file
 from joulepool.stores.file import MIN_FREE_BYTES, FileStore, create
-from tests.disks import fill, tmpfs
-from tests.reliability.support import Figures, Told, audit, claim, roomy
-from tests.servers import Deployment, Serve, start_serve
+from tests.support.disks import fill, tmpfs
+from tests.support.faults import Figures, Told, audit, claim, roomy
+from tests.support.servers import Deployment, Serve, start_serve
 
 _figures = Figures("s14_readiness")
 

@@ -1,4 +1,4 @@
-"""`pool serve` at a trust boundary (issue 14): who reads `/metrics`, the ledger's head and
+"""`pool serve` at a trust boundary: who reads `/metrics`, the ledger's head and
 the witness receipts, and a `tokens.toml` that is not trusted as written. All through real
 `pool serve` and `pool` processes on 127.0.0.1.
 
@@ -27,12 +27,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from joulepool.deployment.config import CONFIG, TOKENS, read_config, write_config
 from joulepool.tree import Tree
-from tests.reliability.support import TEAMS, Figures, claim
-from tests.servers import Deployment, Serve, pool_cli, serving, sighup, start_serve
+from tests.support.faults import TEAMS, Figures, claim
+from tests.support.servers import Deployment, Serve, pool_cli, serving, sighup, start_serve
 
 _figures = Figures("s14_tokens_and_metrics")
-# Per-entitlement usage in the current budget period, and the period's bounds (issue 15).
-# (Issue 18: base units, `_total` counters, every figure of the usage object.)
+# Per-entitlement usage in the current budget period, and the period's bounds.
+# (base units, `_total` counters, every figure of the usage object.)
 USAGE = {
     "pool_guarantee_joules",
     "pool_committed_joules",
@@ -47,7 +47,7 @@ USAGE = {
 # Only where an entitlement has a `limit_uj` (the example tree: language alone).
 LIMITED = {"language"}
 PERIOD = {"pool_period_start_timestamp_seconds", "pool_period_end_timestamp_seconds"}
-# A tenant reads its own subtree's verdicts (they carry the entitlement label since issue 18).
+# A tenant reads its own subtree's verdicts (they carry the entitlement label).
 VERDICTS = {"pool_verdicts"}
 GLOBAL = {
     "pool_ledger_length",

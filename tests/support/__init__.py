@@ -1,0 +1,1 @@
+"""Test rigs: real servers, simulated hardware, builders of ledgers."""
