@@ -53,7 +53,7 @@ IDLE_IN_TRANSACTION = (
     " WHERE application_name = %s AND state = 'idle in transaction'"
 )
 
-_figures = Figures("s14_postgres_replicas")
+_figures = Figures("postgres_replicas")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -66,7 +66,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploymen
 
 
 @pytest.mark.parametrize("name", sorted(BAD_IDS))
-def test_s14_check_claim_id_names_the_rule(name: str) -> None:
+def test_check_claim_id_names_the_rule(name: str) -> None:
     bad, rule = BAD_IDS[name]
     with pytest.raises(InvalidInput) as caught:
         check_claim_id(bad)
@@ -74,13 +74,13 @@ def test_s14_check_claim_id_names_the_rule(name: str) -> None:
     assert bad not in str(caught.value) or len(bad) < 8  # never echoes a hostile id whole
 
 
-def test_s14_the_longest_and_the_oddest_good_ids_pass() -> None:
+def test_the_longest_and_the_oddest_good_ids_pass() -> None:
     for good in ("é" * 128, "x" * MAX_CLAIM_ID_BYTES, "job 1", "ジョブ-1", "a:b@c+d", "日本"):
         assert check_claim_id(good) == good
 
 
 @pytest.mark.parametrize("name", sorted(BAD_IDS))
-def test_s14_the_api_refuses_each_bad_id_as_invalid_input(
+def test_the_api_refuses_each_bad_id_as_invalid_input(
     served: tuple[Deployment, Serve], name: str
 ) -> None:
     deployment, serve = served
@@ -95,7 +95,7 @@ def test_s14_the_api_refuses_each_bad_id_as_invalid_input(
                 assert rule in r.json()["detail"]
 
 
-def test_s14_pool_and_the_cli_refuse_each_bad_id(tmp_path: Path) -> None:
+def test_pool_and_the_cli_refuse_each_bad_id(tmp_path: Path) -> None:
     pool = Pool(EXAMPLE_TREE, STEWARD, MemoryStore())
     for bad, rule in BAD_IDS.values():
         with pytest.raises(InvalidInput) as caught:
@@ -121,7 +121,7 @@ def test_s14_pool_and_the_cli_refuse_each_bad_id(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
 
 
-def test_s14_eight_megabyte_ids_hold_no_devices(served: tuple[Deployment, Serve]) -> None:
+def test_eight_megabyte_ids_hold_no_devices(served: tuple[Deployment, Serve]) -> None:
     """Found: eight 1 MiB ids held all of a team's devices for good."""
     deployment, serve = served
     with serve.client(deployment.tenants["robotics"]) as c:
@@ -132,7 +132,7 @@ def test_s14_eight_megabyte_ids_hold_no_devices(served: tuple[Deployment, Serve]
     assert held == 0
 
 
-def test_s14_the_slurm_bridge_refuses_a_cluster_that_would_make_bad_ids(tmp_path: Path) -> None:
+def test_the_slurm_bridge_refuses_a_cluster_that_would_make_bad_ids(tmp_path: Path) -> None:
     config = tmp_path / "bridge.toml"
     for cluster in ("a/b", "x" * 65, "sp ace"):
         config.write_text(
@@ -143,7 +143,7 @@ def test_s14_the_slurm_bridge_refuses_a_cluster_that_would_make_bad_ids(tmp_path
         assert "pool.cluster" in str(caught.value)
 
 
-def test_s14_human_output_escapes_what_an_older_ledger_holds(tmp_path: Path) -> None:
+def test_human_output_escapes_what_an_older_ledger_holds(tmp_path: Path) -> None:
     hostile = ["job\x1b[2J\x1b[31m", "nul\x00id", "evil\u202egpj.exe", "bell\x07"]
     events: list[Event] = []
     for claim in hostile:
@@ -185,7 +185,7 @@ def test_s14_human_output_escapes_what_an_older_ledger_holds(tmp_path: Path) -> 
 # -- namespaces: a tenant sees and blocks only its own ids -------------------------------
 
 
-def test_s14_an_id_held_by_another_team_is_a_free_id(served: tuple[Deployment, Serve]) -> None:
+def test_an_id_held_by_another_team_is_a_free_id(served: tuple[Deployment, Serve]) -> None:
     deployment, serve = served
     with serve.client(deployment.tenants["vision"]) as vision:
         first = vision.post("/v1/claims", json=claim_json("train-7"))
@@ -210,7 +210,7 @@ def test_s14_an_id_held_by_another_team_is_a_free_id(served: tuple[Deployment, S
         assert own["entitlement"] == "vision" and own["claim"] == "train-7"
 
 
-def test_s14_operators_and_parents_reach_a_tenants_claims_by_their_full_id(
+def test_operators_and_parents_reach_a_tenants_claims_by_their_full_id(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -238,7 +238,7 @@ def test_s14_operators_and_parents_reach_a_tenants_claims_by_their_full_id(
         assert nowhere.status_code == 422 and "namespace" in nowhere.json()["detail"]
 
 
-def test_s14_a_tenant_reads_a_claim_an_operator_admitted_for_it_by_its_plain_id(
+def test_a_tenant_reads_a_claim_an_operator_admitted_for_it_by_its_plain_id(
     served: tuple[Deployment, Serve],
 ) -> None:
     """The Slurm bridge submits with an operator token: the team still sees its jobs."""

@@ -34,7 +34,7 @@ from tests.support.disks import fill, tmpfs
 from tests.support.faults import Figures, Told, audit, claim, roomy
 from tests.support.servers import Deployment, Serve, start_serve
 
-_figures = Figures("s14_readiness")
+_figures = Figures("readiness")
 
 
 @pytest.fixture(scope="module", autouse=True)

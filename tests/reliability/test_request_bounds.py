@@ -33,7 +33,7 @@ CLAIM = {
     "estimate": {"uj": 1000, "grade": "HwShunt"},
 }
 
-FIGURES = Figures("s14_request_bounds")
+FIGURES = Figures("request_bounds")
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def status_and_error(answer: bytes) -> tuple[int, str]:
 # -- bodies ------------------------------------------------------------------------------
 
 
-def test_s14_a_gibibyte_without_a_token_is_401_before_the_body_is_read(
+def test_a_gibibyte_without_a_token_is_401_before_the_body_is_read(
     served: tuple[Deployment, Serve],
 ) -> None:
     """Found: a 1 GiB body with no token took RSS from 59 MB to 2.9 GB and kept it."""
@@ -129,7 +129,7 @@ def test_s14_a_gibibyte_without_a_token_is_401_before_the_body_is_read(
     assert after - before < 32 * 1024, f"RSS grew by {after - before} KiB"
 
 
-def test_s14_fifty_mib_of_json_without_a_token_is_refused_at_once(
+def test_fifty_mib_of_json_without_a_token_is_refused_at_once(
     served: tuple[Deployment, Serve],
 ) -> None:
     """Found: a 50 MiB JSON object with no token got its 401 after 7 s; /healthz stalled."""
@@ -173,7 +173,7 @@ def test_s14_fifty_mib_of_json_without_a_token_is_refused_at_once(
     assert max(health, default=0) < 1, health
 
 
-def test_s14_bodies_past_the_limit_are_413_declared_or_chunked(
+def test_bodies_past_the_limit_are_413_declared_or_chunked(
     served: tuple[Deployment, Serve],
 ) -> None:
     deployment, serve = served
@@ -198,7 +198,7 @@ def test_s14_bodies_past_the_limit_are_413_declared_or_chunked(
         assert c.post("/v1/claims", json={**CLAIM, "id": "under-limit"}).status_code == 200
 
 
-def test_s14_a_tenants_huge_decision_bodies_do_not_delay_an_operators_admissions(
+def test_a_tenants_huge_decision_bodies_do_not_delay_an_operators_admissions(
     served: tuple[Deployment, Serve],
 ) -> None:
     """Found: four 17 MiB /v1/preemption-order bodies from a tenant delayed admissions 4 s."""
@@ -235,7 +235,7 @@ def test_s14_a_tenants_huge_decision_bodies_do_not_delay_an_operators_admissions
     FIGURES.extra["operator_admission_max_s_during_17mib_bodies"] = round(max(latencies), 4)
 
 
-def test_s14_a_body_trickled_past_its_deadline_is_408(tmp_path: Path) -> None:
+def test_a_body_trickled_past_its_deadline_is_408(tmp_path: Path) -> None:
     deployment = Deployment.create(tmp_path / "dep")
     serve = start(deployment.folder, "--body-timeout-s", "1")
     try:
@@ -274,7 +274,7 @@ def start(folder: Path, *extra: str, nofile: int | None = None) -> Serve:
     return serve
 
 
-def test_s14_headers_trickled_past_their_deadline_are_408(tmp_path: Path) -> None:
+def test_headers_trickled_past_their_deadline_are_408(tmp_path: Path) -> None:
     deployment = Deployment.create(tmp_path / "dep")
     serve = start(deployment.folder, "--header-timeout-s", "1")
     try:
@@ -295,7 +295,7 @@ def test_s14_headers_trickled_past_their_deadline_are_408(tmp_path: Path) -> Non
         serve.kill()
 
 
-def test_s14_swollen_headers_are_431(served: tuple[Deployment, Serve]) -> None:
+def test_swollen_headers_are_431(served: tuple[Deployment, Serve]) -> None:
     _, serve = served
     answer = raw_request(
         serve, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n"
@@ -308,7 +308,7 @@ def test_s14_swollen_headers_are_431(served: tuple[Deployment, Serve]) -> None:
     assert status_and_error(answer) == (431, "headers_too_large")
 
 
-def test_s14_a_flood_of_slow_connections_past_the_descriptor_limit_locks_nobody_out(
+def test_a_flood_of_slow_connections_past_the_descriptor_limit_locks_nobody_out(
     tmp_path: Path,
 ) -> None:
     """Found: under a 1,024-descriptor limit, 1,100 trickling connections made every
@@ -351,7 +351,7 @@ def test_s14_a_flood_of_slow_connections_past_the_descriptor_limit_locks_nobody_
 # -- redirects and the reference ---------------------------------------------------------
 
 
-def test_s14_no_redirect_is_built_from_the_host_header(served: tuple[Deployment, Serve]) -> None:
+def test_no_redirect_is_built_from_the_host_header(served: tuple[Deployment, Serve]) -> None:
     deployment, serve = served
     with serve.client(deployment.operator) as c:
         for method, path in (
@@ -365,7 +365,7 @@ def test_s14_no_redirect_is_built_from_the_host_header(served: tuple[Deployment,
             assert "evil.example" not in r.text
 
 
-def test_s14_the_api_reference_is_served_from_the_package(
+def test_the_api_reference_is_served_from_the_package(
     served: tuple[Deployment, Serve],
 ) -> None:
     _, serve = served

@@ -30,7 +30,7 @@ from joulepool.tree import Tree
 from tests.support.faults import TEAMS, Figures, claim
 from tests.support.servers import Deployment, Serve, pool_cli, serving, sighup, start_serve
 
-_figures = Figures("s14_tokens_and_metrics")
+_figures = Figures("tokens_and_metrics")
 # Per-entitlement usage in the current budget period, and the period's bounds.
 # (base units, `_total` counters, every figure of the usage object.)
 USAGE = {
@@ -78,7 +78,7 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    run = serving(tmp_path_factory.mktemp("s14") / "d")
+    run = serving(tmp_path_factory.mktemp("boundary") / "d")
     deployment, serve = next(run)
     try:
         added = pool_cli("token", "add", str(deployment.folder), "--scope", "metrics", "--json")
@@ -296,7 +296,7 @@ def test_pool_serve_will_not_start_on_a_tokens_file_it_cannot_trust(
 
 @pytest.fixture(scope="module")
 def reloading(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, Serve]]:
-    yield from serving(tmp_path_factory.mktemp("s14-sighup") / "d")
+    yield from serving(tmp_path_factory.mktemp("boundary-sighup") / "d")
 
 
 def still_in_force(deployment: Deployment, serve: Serve) -> None:
