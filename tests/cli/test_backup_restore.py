@@ -138,3 +138,93 @@ def test_s6_4_a_backup_carries_the_claim_index_so_a_restore_starts_from_its_snap
         raise AssertionError(f"c3 admitted again: {refused}")
     finally:
         restored.close()
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_s6_1_restore_of_a_fork_states_the_loss_and_needs_consent(tmp_path: Path) -> None:
+    """a backup as long as the deployment or longer, of a copy that went its own way,
+    replaces acknowledged entries: a loss, stated and refused without consent."""
+    folder = tmp_path / "dep"
+    run("init", str(folder))
+    admit(folder, "a")
+    run("release", str(folder), "a", "--actual-uj", str(2 * MJ), "--grade", "HwShunt")
+    fork = tmp_path / "fork"
+    shutil.copytree(folder, fork)
+    for claim in ("b", "c", "d"):
+        run(
+            "admit",
+            str(folder),
+            "--id",
+            claim,
+            "--entitlement",
+            "vision",
+            "--estimate-uj",
+            str(2 * MJ),
+        )
+    for claim in ("x", "y", "z", "w"):
+        admit(fork, claim, "language")
+    backup = tmp_path / "backup"
+    assert run("ledger", "backup", str(fork), str(backup), "--with-secret-key")["length"] == 6
+    before = _tree(folder)
+    refused = run("ledger", "restore", str(backup), str(folder), code=1)
+    assert refused["error"] == "restore_loses_entries"
+    assert (refused["common_length"], refused["acknowledged"], refused["lost"]) == (2, 5, 3)
+    assert [(e["seq"], e["claim"]) for e in refused["entries"]] == [(2, "b"), (3, "c"), (4, "d")]
+    assert refused["usage_falls"] == {"vision": {"spent_uj": 6 * MJ, "held_devices": 3}}
+    human = pool_cli("ledger", "restore", str(backup), str(folder))
+    assert human.returncode == 1 and "Traceback" not in human.stderr
+    assert "restoring loses entries 2 to 4" in human.stdout
+    assert "not an extension" in human.stdout and "--accept-loss" in human.stdout
+    assert _tree(folder) == before  # a refused restore changes nothing
+
+    done = run("ledger", "restore", str(backup), str(folder), "--accept-loss")
+    assert (done["ok"], done["lost"]) == (True, 3)
+    log = json.loads((folder / "restore.log").read_text().splitlines()[-1])
+    assert [e["claim"] for e in log["entries"]] == ["b", "c", "d"]
+    assert run("ledger", "verify", str(folder))["length"] == 6
+
+
+def test_s6_1_restore_of_an_extension_loses_nothing(tmp_path: Path) -> None:
+    """a backup that holds everything acknowledged and more (the deployment's ledger cut
+    back, its record intact) restores without consent."""
+    folder = tmp_path / "dep"
+    run("init", str(folder))
+    admit(folder, "a")
+    early = tmp_path / "early"
+    shutil.copytree(folder, early)
+    admit(folder, "b")
+    backup = tmp_path / "backup"
+    run("ledger", "backup", str(folder), str(backup), "--with-secret-key")
+    done = run("ledger", "restore", str(backup), str(early))
+    assert (done["ok"], done["lost"], done["common_length"]) == (True, 0, 1)
+
+
+def test_s6_1_restore_of_another_stewards_backup_is_refused_even_with_accept_loss(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "dep"
+    run("init", str(folder))
+    admit(folder, "a")
+    before = _tree(folder)
+    for steward in ("steward", "elsewhere"):
+        other = tmp_path / f"other-{steward}"
+        run("init", str(other), "--steward", steward)
+        for claim in ("p", "q", "r"):
+            admit(other, claim, "language")
+        backup = tmp_path / f"backup-{steward}"
+        run("ledger", "backup", str(other), str(backup), "--with-secret-key")
+        for consent in ((), ("--accept-loss",)):
+            refused = run("ledger", "restore", str(backup), str(folder), *consent, code=1)
+            assert refused["error"] == "restore_other_steward"
+            human = pool_cli("ledger", "restore", str(backup), str(folder), *consent)
+            assert human.returncode == 1 and "Traceback" not in human.stderr
+            line = human.stderr.strip()
+            assert line.startswith("pool: restore_other_steward: ") and "\n" not in line
+            assert f"'{steward}'" in line and "'steward'" in line  # names both
+            assert _tree(folder) == before  # steward.pub, the ledger: nothing replaced
+    assert not [p for p in tmp_path.iterdir() if ".replaced-" in p.name]

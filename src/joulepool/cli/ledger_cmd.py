@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from joulepool.cli.output import add_json, emit, energy_column, table
+from joulepool.cli.output import add_json, emit, energy_column, print_json, table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -423,10 +423,15 @@ def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from joulepool.deployment.backup import RestoreWouldLose, restore
+    from joulepool.deployment.backup import RestoreOtherSteward, RestoreWouldLose, restore
 
     try:
-        lost = restore(Path(args.backup), Path(args.dir), accept_loss=args.accept_loss)
+        done = restore(Path(args.backup), Path(args.dir), accept_loss=args.accept_loss)
+    except RestoreOtherSteward as other:
+        if not getattr(args, "json", False):
+            raise
+        print_json({"ok": False, "error": other.code, "detail": other.detail})
+        return 1
     except RestoreWouldLose as refused:
         loss = refused.loss
         out = {"ok": False, "error": refused.code, **loss.to_json()}
@@ -439,13 +444,16 @@ def _restore(args: argparse.Namespace) -> int:
 
         emit(args, out, refuse)
         return 1
-    result = {"ok": True, "dir": args.dir, **lost.to_json()}
+    lost = done.loss
+    result = {"ok": True, "dir": args.dir, **done.to_json()}
 
     def human(c: Console) -> None:
         c.print(f"{args.dir}: restored from {args.backup} at length {lost.backup_length}")
         c.print(lost.sentence())
         if lost.lost:
             c.print(f"the loss was accepted and logged in {Path(args.dir) / 'restore.log'}")
+        for step in done.to_do:
+            c.print(f"left to do: {step}")
 
     emit(args, result, human)
     return 0
