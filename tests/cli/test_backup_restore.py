@@ -228,3 +228,49 @@ def test_s6_1_restore_of_another_stewards_backup_is_refused_even_with_accept_los
             assert f"'{steward}'" in line and "'steward'" in line  # names both
             assert _tree(folder) == before  # steward.pub, the ledger: nothing replaced
     assert not [p for p in tmp_path.iterdir() if ".replaced-" in p.name]
+
+
+def test_s6_1_backups_keep_secrets_private_and_a_restore_serves_and_says_what_is_left(
+    tmp_path: Path,
+) -> None:
+    """token hashes and the key stay 0600 in a backup, in a folder only its owner reads; a
+    restored deployment starts `pool serve` with its tokens, once the key is put back, and
+    the restore says so."""
+    import httpx
+
+    from tests.support.servers import start_serve
+
+    folder = tmp_path / "dep"
+    run("init", str(folder))
+    token = run("token", "add", str(folder), "--scope", "operator")["token"]
+    admit(folder, "a")
+    keyed = tmp_path / "keyed"
+    run("ledger", "backup", str(folder), str(keyed), "--with-secret-key")
+    backup = tmp_path / "backup"
+    run("ledger", "backup", str(folder), str(backup))
+    for made in (keyed, backup):
+        assert made.stat().st_mode & 0o077 == 0
+        assert (made / "tokens.toml").stat().st_mode & 0o777 == 0o600
+    assert (keyed / "steward.key").stat().st_mode & 0o777 == 0o600
+
+    # A backup written before modes were kept: a restore still leaves tokens.toml 0600.
+    (backup / "tokens.toml").chmod(0o644)
+    fresh = tmp_path / "new-machine"
+    done = run("ledger", "restore", str(backup), str(fresh))
+    assert (done["secret_key_restored"], done["tokens_restored"]) == (False, True)
+    assert any("steward.key" in step and "0600" in step for step in done["to_do"])
+    assert (fresh / "tokens.toml").stat().st_mode & 0o777 == 0o600
+    human = pool_cli("ledger", "restore", str(keyed), str(tmp_path / "other-machine"))
+    assert human.returncode == 0
+    assert "left to do" in human.stdout and "tokens.toml was restored" in human.stdout
+    assert "steward key" not in human.stdout  # the key came with this one
+
+    shutil.copy2(folder / "steward.key", fresh / "steward.key")
+    serve = start_serve(fresh)
+    try:
+        answer = httpx.get(
+            f"{serve.url}/v1/ledger", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+    finally:
+        serve.kill()
