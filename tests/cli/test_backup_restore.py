@@ -274,3 +274,28 @@ def test_s6_1_backups_keep_secrets_private_and_a_restore_serves_and_says_what_is
         assert answer.status_code == 200, answer.text
     finally:
         serve.kill()
+
+
+def test_s6_1_restore_over_a_ledger_that_does_not_open_still_compares_history(
+    tmp_path: Path,
+) -> None:
+    """a deployment whose record is gone (it no longer opens) still shows the history its
+    file begins with: a fork's backup over it is a loss, its usage unknown."""
+    folder = tmp_path / "dep"
+    run("init", str(folder))
+    admit(folder, "a")
+    fork = tmp_path / "fork"
+    shutil.copytree(folder, fork)
+    admit(folder, "b")
+    admit(folder, "c")
+    for claim in ("x", "y", "z"):
+        admit(fork, claim, "language")
+    backup = tmp_path / "backup"
+    run("ledger", "backup", str(fork), str(backup))
+    (folder / "ledger.cbor.hwm").unlink()
+    before = _tree(folder)
+    refused = run("ledger", "restore", str(backup), str(folder), code=1)
+    assert refused["error"] == "restore_loses_entries"
+    assert (refused["common_length"], refused["lost"], refused["forked"]) == (1, 2, True)
+    assert refused["usage_falls"] is None
+    assert _tree(folder) == before

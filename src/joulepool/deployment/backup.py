@@ -48,6 +48,7 @@ from joulepool.ledger.cose import GENESIS, content_address
 from joulepool.ledger.keys import KeyPair, load_key_file
 from joulepool.ledger.rollback import HighWater
 from joulepool.ledger.snapshot import SnapshotFolder
+from joulepool.stores.base import head_at
 from joulepool.stores.claim_index import index_path, open_index
 from joulepool.stores.file import FileStore, LedgerLocked, lock_holder
 from joulepool.stores.highwater import HighWaterFile, record_path
@@ -368,22 +369,58 @@ def loss(backup_folder: Path, folder: Path) -> tuple[Loss, int, bytes]:
         except PoolError:
             current = None
         if current is None:
-            # No ledger to compare, or one that does not open: only the record says what
-            # was acknowledged, and no entry past the shared history can be named.
-            point = _record(folder)
-            if point is None:
-                return Loss(length, length, length), length, head
-            if point.length <= length and saved.head_at(point.length) == point.head:
-                return Loss(length, point.length, point.length), length, head
-            common = length if point.length > length else 0
-            acked = max(point.length, common)
-            return Loss(length, acked, common, known=False), length, head
+            return _loss_unopened(saved, folder), length, head
         try:
             return _loss_against(saved, current, folder), length, head
         finally:
             current.close()
     finally:
         saved.close()
+
+
+class _Entries:
+    """A ledger file read as stored, for its heads only: one that does not open as a
+    deployment (no record, damage further on) still shows the history it begins with."""
+
+    def __init__(self, store: FileStore) -> None:
+        self.store = store
+
+    def head_at(self, length: int) -> bytes:
+        return head_at(self.store, length)
+
+
+def _loss_unopened(saved: Any, folder: Path) -> Loss:
+    # No ledger to open: its record and whatever whole entries its file still holds say
+    # what was acknowledged; no entry past the shared history can be named for certain.
+    length = saved.length
+    point = _record(folder)
+    present, common = 0, 0
+    if (folder / LEDGER).is_file():
+        try:
+            store = FileStore(folder / LEDGER, writer=False)
+        except (PoolError, OSError):
+            store = None
+        if store is not None:
+            try:
+                present = len(store)
+                common = _shared(_Entries(store), saved, min(present, length))
+            except (PoolError, OSError):
+                present, common = 0, 0
+            finally:
+                store.close()
+    acknowledged = max(present, point.length if point is not None else 0)
+    if common == present and point is not None and point.length > present:
+        if point.length <= length and saved.head_at(point.length) == point.head:
+            common = point.length
+        elif point.length > length:
+            # Nothing on file contradicts the backup up to its length, and nothing past it
+            # can be compared: the loss is counted from there, its entries unknown.
+            common = length
+    elif common == present and (point is None or point.length <= present):
+        common = acknowledged
+    if common >= acknowledged:
+        return Loss(length, acknowledged, acknowledged)
+    return Loss(length, acknowledged, common, known=False)
 
 
 def _loss_against(saved: Any, current: Any, folder: Path) -> Loss:
