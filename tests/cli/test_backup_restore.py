@@ -253,7 +253,7 @@ def test_s6_1_backups_keep_secrets_private_and_a_restore_serves_and_says_what_is
         assert (made / "tokens.toml").stat().st_mode & 0o777 == 0o600
     assert (keyed / "steward.key").stat().st_mode & 0o777 == 0o600
 
-    # A backup written before modes were kept: a restore still leaves tokens.toml 0600.
+    # A backup whose tokens.toml others can read: the restore still leaves it 0600.
     (backup / "tokens.toml").chmod(0o644)
     fresh = tmp_path / "new-machine"
     done = run("ledger", "restore", str(backup), str(fresh))

@@ -612,7 +612,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "--accept-loss",
         action="store_true",
-        help="proceed although acknowledged entries past the backup are lost (logged)",
+        help="proceed although acknowledged entries the backup lacks or replaces are lost "
+        "(logged); another steward's backup is refused all the same",
     )
     add_json(s)
     s.set_defaults(handler=_restore)

@@ -528,8 +528,9 @@ def restore(backup_folder: Path, folder: Path, *, accept_loss: bool = False) -> 
         shutil.copytree(backup_folder, folder)
     except OSError as exc:
         raise StoreError(f"{folder}: the restore could not copy the backup: {exc}") from None
-    # Backups written before secrets kept their modes hold them world-readable, which
-    # `pool serve` and the key loader refuse; a restore puts them right.
+    # A backup's secrets may have been made readable by others since (copied by other
+    # means, modes changed); `pool serve` and the key loader refuse such modes, so a
+    # restore puts them right rather than leave a deployment that cannot start.
     for secret in (TOKENS, KEY):
         if (folder / secret).is_file():
             os.chmod(folder / secret, 0o600)
