@@ -135,13 +135,12 @@ def jsonish_with_a_surrogate(draw: st.DrawFn) -> str:
     junk = "".join(draw(st.lists(PIECES, max_size=6)))
     lone = draw(SURROGATES)
     where = draw(st.sampled_from(["key", "value", "nested"]))
+    depth = draw(st.integers(1, 20))
     inner = {
         "key": f'{{"{junk}{lone}":1}}',
         "value": f'"{junk}{lone}"',
-        "nested": "[" * draw(st.integers(1, 20)) + f'"{lone}"' + "]" * 0,
+        "nested": "[" * depth + f'"{lone}"' + "]" * depth,
     }[where]
-    if where == "nested":
-        inner = inner + "]" * inner.count("[")
     return f'{{"op":"{op}","workloads":[{inner}]}}'
 
 
@@ -170,8 +169,7 @@ def test_any_case_nested_past_the_limit_is_invalid_input(text: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(PIECES, max_size=30).map("".join))
 def test_arbitrary_jsonish_text_always_gets_one_encodable_answer(text: str) -> None:
-    result = answer(text.encode("utf-8", "surrogatepass"))
-    assert "error" in result or "verdict" in result or "verdicts" in result or result
+    answer(text.encode("utf-8", "surrogatepass"))  # UTF-8, one object, no surrogate
 
 
 def test_the_pool_exec_process_answers_surrogates_and_deep_nesting_with_exit_0() -> None:
