@@ -178,14 +178,25 @@ def test_the_pool_exec_process_answers_surrogates_and_deep_nesting_with_exit_0()
         b'{"op":"seal","x":' + b'{"k":' * 40 + b"0" + b"}" * 40 + b"}",
     ]
     for data in cases:
-        proc = subprocess.run(
-            [sys.executable, "-m", "joulepool", "exec"],
-            input=data,
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
-        assert proc.returncode == 0, (data, proc.stderr.decode(errors="replace"))
-        assert proc.stderr == b"", proc.stderr.decode(errors="replace")
-        result = json.loads(proc.stdout.decode("utf-8"))
-        assert result["error"] == "invalid_input", (data, result)
+        assert run_pool_exec(data)["error"] == "invalid_input", data
+
+
+def run_pool_exec(data: bytes) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "joulepool", "exec"],
+        input=data,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert proc.stderr == b"", proc.stderr.decode(errors="replace")
+    result = json.loads(proc.stdout.decode("utf-8"))
+    assert isinstance(result, dict)
+    return result
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(jsonish_with_a_surrogate(), deep_jsonish()))
+def test_the_pool_exec_process_on_generated_surrogate_and_deep_cases(text: str) -> None:
+    assert run_pool_exec(text.encode("utf-8", "surrogatepass"))["error"] == "invalid_input"
