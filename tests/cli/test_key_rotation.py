@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from joulepool.deployment.init import init_deployment
+from joulepool.deployment.open import open_pool
 from joulepool.ledger.keys import load_key_file, write_key_file
 from tests.support.servers import Deployment, pool_cli, start_serve
 
@@ -187,3 +188,63 @@ def test_design_s4_an_export_carries_the_rotation_statements_a_verifier_needs(
     )
     assert again["rotations"] == 1
     assert sorted(p.name for p in Path(f"{out}.rotations").iterdir()) == ["00000000.cose"]
+
+
+def started_from(folder: Path) -> tuple[int, list[str]]:
+    """Where a start of the deployment begins its replay, and what it ignored on the way."""
+    pool = open_pool(folder)
+    try:
+        return pool.started_from, list(pool.snapshot_warnings)
+    finally:
+        pool.close()
+
+
+def seal_snapshot_now(folder: Path) -> int:
+    pool = open_pool(folder)
+    try:
+        return pool.seal_snapshot()
+    finally:
+        pool.close()
+
+
+def verify_agrees(folder: Path, length: int, snapshot_at: int) -> None:
+    verified = pool_cli("ledger", "verify", str(folder), "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    report = json.loads(verified.stdout)
+    assert report["length"] == length
+    rows = {row["length"]: row for row in report["snapshots"]}
+    assert rows[snapshot_at]["agrees"] is True, rows
+
+
+def test_design_s4_a_snapshot_sealed_at_a_rotation_length_verifies_and_starts_the_pool(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "dep"
+    created = pool_cli("init", str(folder))
+    assert created.returncode == 0, created.stderr
+    for claim in ("a", "b", "c"):
+        admit(folder, claim)
+    ok_json("release", str(folder), "a", "--actual", "3uJ", "--grade", "HwShunt")
+    # Sealed by the outgoing key: it covers entries 0..3, all under that key.
+    length = seal_snapshot_now(folder)
+    assert length == 4
+    rotated = ok_json("keys", "rotate", str(folder))
+    assert (rotated["state"], rotated["from_seq"]) == ("in_force", length)
+    verify_agrees(folder, length, length)
+    assert started_from(folder) == (length, [])
+    # Sealed again at the same length, now by the incoming key, before it sealed any entry.
+    assert seal_snapshot_now(folder) == length
+    verify_agrees(folder, length, length)
+    assert started_from(folder) == (length, [])
+    # The incoming key seals the next entry; the snapshot at the rotation still counts.
+    assert admit(folder, "d")["seq"] == length
+    verify_agrees(folder, length + 1, length)
+    assert started_from(folder) == (length, [])
+    # And `pool serve`, a real process, starts from it too.
+    serve = start_serve(folder)
+    try:
+        with serve.client(None) as client:
+            ready = client.get("/readyz").json()
+    finally:
+        serve.kill(signal.SIGTERM)
+    assert (ready["length"], ready["started_from"]) == (length + 1, length)

@@ -12,6 +12,8 @@ from joulepool.ledger.entry import seal_entry
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.replay import replay
 from joulepool.ledger.rotation import KeySchedule, RotationRefused, seal_rotation
+from joulepool.ledger.snapshot import SnapshotRefused, open_snapshot, seal_snapshot
+from joulepool.periods import NONE
 
 A = KeyPair.from_seed("st", bytes(32))
 B = KeyPair.from_seed("st", bytes([1]) * 32)
@@ -111,3 +113,35 @@ def test_design_s4_bad_rotation_is_refused_at_its_position(
     assert refused.value.index == index
     assert refused.value.error == "bad_rotation"
     assert why in refused.value.detail
+
+
+def test_design_s4_a_snapshot_verifies_under_the_key_of_its_last_entry_or_the_incoming_one() -> (
+    None
+):
+    keys = KeySchedule.verified(
+        "st", A.public_key, [seal_rotation(A, 2, B.public_key), seal_rotation(B, 4, C.public_key)]
+    )
+
+    def accepted(length: int) -> list[str]:
+        names = []
+        for name, signer in (("A", A), ("B", B), ("C", C)):
+            raw = seal_snapshot(signer, length, bytes(32), 1000, NONE, b"")
+            try:
+                open_snapshot(raw, "st", keys)
+            except SnapshotRefused:
+                continue
+            names.append(name)
+        return names
+
+    # At a rotation length the outgoing key (its last entry) and the incoming one (sealing
+    # before its first entry); elsewhere only the key of the last entry; a retired key
+    # never speaks for entries past the ones it sealed.
+    assert [accepted(n) for n in range(7)] == [
+        ["A"],
+        ["A"],
+        ["A", "B"],
+        ["B"],
+        ["B", "C"],
+        ["C"],
+        ["C"],
+    ]

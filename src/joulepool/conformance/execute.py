@@ -60,4 +60,10 @@ def exec_bytes(data: bytes) -> bytes:
         result = {"error": "invalid_input", "detail": str(exc)}
     except Exception as exc:  # a bug must still not print a traceback (CONFORMANCE.md)
         result = {"error": "internal_error", "detail": repr(exc)}
-    return (dumps_canonical(result) + "\n").encode("utf-8")
+    text = dumps_canonical(result) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # The reader refuses lone surrogates, so none should reach a result; should one
+        # still, the answer stays valid UTF-8 and carries no surrogate (CONFORMANCE.md).
+        return text.encode("utf-8", "replace")

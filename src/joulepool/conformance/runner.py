@@ -18,9 +18,13 @@ from typing import Any
 
 from joulepool.conformance.execute import exec_bytes
 from joulepool.errors import InvalidInput
-from joulepool.jsonio import loads_strict
+from joulepool.jsonio import MAX_DEPTH, loads_strict
 
 _VECTOR_KEYS = {"section", "must", "title", "case", "expect"}
+
+_VECTOR_DEPTH = MAX_DEPTH + 2
+"""A vector file wraps its case one level down; one more lets a vector carry a case nested
+one level too deep, which `pool exec` must refuse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +69,7 @@ class Report:
 def load_vector(path: Path) -> Vector:
     """Read one vector file, refusing one that is not of the CONFORMANCE.md form."""
     try:
-        doc = loads_strict(path.read_bytes())
+        doc = loads_strict(path.read_bytes(), max_depth=_VECTOR_DEPTH)
     except InvalidInput as exc:
         raise InvalidInput(str(path), exc.detail) from None
     if not isinstance(doc, dict) or set(doc) != _VECTOR_KEYS:

@@ -5,8 +5,9 @@ A snapshot is a COSE_Sign1 of the entry profile signed by the steward, its core
 `{pool_snapshot: 1, steward, length, head, at_ms, schedule, state}`: `schedule` and `state`
 are byte strings holding CBOR (the period schedule it was folded under, and the state
 itself), so the core stays within the profile's types. It counts only when its signature
-verifies under the steward key in force at its `length` and the ledger's head at that length
-is its `head`; anything else about it (bytes, fields, figures) that fails refuses it whole
+verifies under a steward key in force around its `length` (`sealing_keys`: the key of its
+last entry, or the one a rotation at exactly that length hands over to) and the ledger's
+head at that length is its `head`; anything else about it (bytes, fields, figures) that fails refuses it whole
 (`SnapshotRefused`), and the caller replays from an earlier one or from entry 0. Its core
 can never pass as a ledger entry: its keys are not an event's.
 """
@@ -131,9 +132,30 @@ def seal_snapshot(
     return seal(core, key.kid, key.signing_key) + state
 
 
+def sealing_keys(keys: KeySchedule, length: int) -> list[bytes]:
+    """The steward keys that may seal a snapshot at `length` (DESIGN.md §4): the key in
+    force for its last entry (`length - 1`), which sealed that entry, and the key in force
+    for the next entry (`length`).
+
+    The two differ only when a rotation takes effect at exactly `length`: the outgoing key
+    sealed every entry the snapshot covers, and the incoming key may seal one before any
+    entry of its own exists. Both are safe: the outgoing key is the one whose entries the
+    snapshot summarises, and the incoming key was handed authority at `length` by a
+    statement the outgoing key signed, so it could as well append entry `length` itself.
+    Any other key is refused: a key retired before `length - 1` sealed none of the entries
+    nearest the snapshot and cannot speak for them, and a key that takes over after `length`
+    had no authority yet. The snapshot's head is still checked against the ledger's head at
+    `length` by every caller, whatever key sealed it.
+    """
+    if length == 0:
+        return [keys.key_at(0)]
+    before, after = keys.key_at(length - 1), keys.key_at(length)
+    return [before] if before == after else [before, after]
+
+
 def open_snapshot(raw: bytes, steward: str, keys: KeySchedule) -> Snapshot:
-    """A snapshot whose signature verifies under the steward key in force at its length,
-    or `SnapshotRefused` naming why (DESIGN.md §4). Its head is checked by the caller."""
+    """A snapshot whose signature verifies under one of its `sealing_keys`, or
+    `SnapshotRefused` naming why (DESIGN.md §4). Its head is checked by the caller."""
     head_bytes = raw[:MAX_ENVELOPE_BYTES]
     offsets, tail = split(head_bytes)
     if not offsets:
@@ -156,9 +178,10 @@ def open_snapshot(raw: bytes, steward: str, keys: KeySchedule) -> Snapshot:
         raise SnapshotRefused("its head is not a 32-byte content address")
     if core["steward"] != steward:
         raise SnapshotRefused(f"it names the steward {brief(core['steward'])}")
-    if not verify_signature(env, keys.key_at(length)):
+    if not any(verify_signature(env, key) for key in sealing_keys(keys, length)):
         raise SnapshotRefused(
-            f"its signature does not verify under the steward key in force at entry {length}"
+            "its signature does not verify under the steward key of its last entry, "
+            f"nor under one a rotation at {length} hands over to"
         )
     schedule, digest = core["schedule"], core["state_sha256"]
     if type(schedule) is not bytes or type(digest) is not bytes:
