@@ -245,8 +245,14 @@ def test_s6_4_claim_index_missing_or_behind_is_rebuilt_from_the_ledger(
         for suffix in ("", "-wal", "-shm"):
             Path(f"{index}{suffix}").unlink(missing_ok=True)
     else:
+        from joulepool.ledger.cose import content_address
+        from joulepool.ledger.sequence import split
+
+        raw = (folder / "ledger.cbor").read_bytes()
+        third = raw[split(raw)[0][2] : split(raw)[0][3]]
         db = sqlite3.connect(index)
-        db.execute("UPDATE covers SET length = 3")
+        # Behind, yet this ledger's: the head it records is the ledger's at its length.
+        db.execute("UPDATE bound SET length = 3, head = ?", (content_address(third),))
         db.commit()
         db.close()
     pool = open_pool(folder)

@@ -11,12 +11,20 @@ from pathlib import Path
 import pytest
 
 from joulepool.ledger.cose import content_address
+from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rollback import HighWater, LedgerRolledBack, Mark
 from joulepool.stores.base import refuse_rollback
 from joulepool.stores.file import FileStore
 from joulepool.stores.highwater import HighWaterFile, record_path
-from joulepool.stores.offset_table import EVERY, read_table, table_path, write_table
-from tests.support.ledgers import admitted, seal_all
+from joulepool.stores.offset_table import (
+    EVERY,
+    binding,
+    read_bound,
+    read_table,
+    table_path,
+    write_table,
+)
+from tests.support.ledgers import STEWARD, admitted, seal_all
 
 LENGTH = 2 * EVERY + 300
 SNAPSHOT = LENGTH - 50
@@ -99,8 +107,36 @@ def test_design_s4_a_table_that_does_not_fit_costs_a_scan_never_an_answer(
 def test_design_s4_a_table_short_of_a_newer_mark_grows_to_it(tmp_path: Path) -> None:
     path = ledger(tmp_path)
     kept = table_path(path)
-    write_table(kept, read_table(kept)[:1])
+    short = read_table(kept)[:1]
+    with path.open("rb") as fh:
+        write_table(kept, short, binding(fh.fileno(), short, path.stat().st_size))
     with from_snapshot(path) as store:
         refuse_rollback(store, [mark(2 * EVERY + 5)])
         assert store._view is not None and store._view[0] == SNAPSHOT - 1
     assert len(read_table(kept)) == 3
+
+
+@pytest.mark.parametrize("other", ["another steward's", "unbound"])
+def test_design_s4_a_table_not_bound_to_this_ledger_is_discarded_and_rebuilt(
+    tmp_path: Path, other: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Offsets that land on entry boundaries here (the same sizes) but cover another
+    ledger are not used: the table is bound to the steward, length and head it covers."""
+    path = ledger(tmp_path)
+    kept = table_path(path)
+    offsets, ours = read_bound(kept)
+    assert ours is not None and ours[0] == STEWARD.kid and ours[1] == 2 * EVERY + 1
+    if other == "unbound":
+        write_table(kept, offsets)
+    else:
+        theirs = tmp_path / "theirs" / "ledger.cbor"
+        theirs.parent.mkdir()
+        key = KeyPair.from_seed(STEWARD.kid, bytes(range(1, 33)))
+        theirs.write_bytes(b"".join(seal_all([admitted(f"c{i}") for i in range(LENGTH)], key)))
+        with theirs.open("rb") as fh:
+            write_table(kept, offsets, binding(fh.fileno(), offsets, theirs.stat().st_size))
+    with from_snapshot(path) as store:
+        refuse_rollback(store, [mark(EVERY + 9)])
+        assert store._view is not None and store._view[0] == 0  # read the long way
+    assert "offset table is not this ledger's" in caplog.text
+    assert read_bound(kept) == (offsets, ours)  # the scan rebuilt it, bound to this ledger

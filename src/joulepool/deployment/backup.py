@@ -232,7 +232,7 @@ def backup(folder: Path, out: Path, *, with_secret_key: bool = False) -> dict[st
         index = open_index(folder / LEDGER, read_only=True)
         if index is not None:
             try:
-                index.copy_to(index_path(target), length)
+                index.copy_to(index_path(target), length, head)
             finally:
                 index.close()
     finally:

@@ -18,6 +18,7 @@ from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.snapshot import SnapshotFolder
 from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS, Pool
+from joulepool.stores.base import Store, head_at
 from joulepool.stores.claim_index import open_index
 
 
@@ -114,6 +115,9 @@ def open_pool(
         store = FileStore(folder / LEDGER, writer=not read_only, lock=lock, deferred=True)
         kept = SnapshotFolder.beside(folder / LEDGER) if snapshots else None
         claims = open_index(folder / LEDGER, read_only=read_only)
+    if claims is not None:
+        # A cache bound to this ledger, checked at its first use (DESIGN.md §4).
+        claims.bind(key.kid, heads_of(store))
     try:
         pool = Pool(
             config.tree,
@@ -138,6 +142,15 @@ def open_pool(
     if not read_only:
         put_pending_in_force(folder, pool, report)
     return pool
+
+
+def heads_of(store: Store) -> Callable[[int], bytes | None]:
+    """The head of `store`'s ledger at a length, or None past its end (DESIGN.md §4)."""
+
+    def head(length: int) -> bytes | None:
+        return head_at(store, length) if length <= len(store) else None
+
+    return head
 
 
 def put_pending_in_force(folder: Path, pool: Pool, report: Callable[[str], None]) -> None:

@@ -10,14 +10,21 @@ module is the part the ledger's fold, replay and snapshots rely on, and does no 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from joulepool.errors import StoreError
+from joulepool.errors import PoolError, StoreError
+from joulepool.ledger.cose import GENESIS
 
 log = logging.getLogger("joulepool.claim_index")
 
 FLUSH_EVERY = 50_000
 """Buffered rows after which a replay writes them out, so the buffer stays small."""
+
+Binding = tuple[str, int, bytes]
+"""What an index says it covers: the steward, the ledger length and the head at it."""
+
+HeadAt = Callable[[int], bytes | None]
+"""The ledger's head after its first n entries; None where it has fewer."""
 
 
 class ReleasedClaims:
@@ -32,20 +39,112 @@ class ReleasedClaims:
         self._pending: dict[str, tuple[int, int]] = {}
         self.base = 0
         self._batch = False
+        self.steward = ""
+        self._head_at: HeadAt | None = None
+        self._seen: Binding | None = None
+        self._checked = True
+        self._usable = True
+
+    def bind(self, steward: str, head_at: HeadAt) -> None:
+        """Name the ledger this index caches (DESIGN.md §4, every other cache beside the
+        ledger): its steward and a way to read its head at a length. The binding the index
+        records is read now, before the ledger is, so that a reader beside a writer checks
+        one the ledger it then reads already reaches; it is checked at first use."""
+        self.steward = steward
+        self._head_at = head_at
+        self._seen = self._binding()
+        self._checked = False
+
+    def _check(self) -> None:
+        """Use the rows only where the index covers this steward's ledger at a length where
+        the ledger has the head it recorded (DESIGN.md §4); else discard them, with a
+        warning, and let the ledger rebuild them. Never a refusal to start."""
+        self._checked = True
+        problem = self._mismatch(self._seen)
+        if problem is None:
+            return
+        log.warning(
+            "%s: %s; the claim index is discarded and rebuilt from the ledger", self.where, problem
+        )
+        if self.read_only:
+            self._usable = False  # a reader may not write it: it keeps its own set instead
+        else:
+            self._discard()
+
+    def _mismatch(self, seen: Binding | None) -> str | None:
+        if seen is None:
+            return "it records no ledger it covers"
+        steward, length, head = seen
+        if length == 0:
+            return None  # covers nothing, so trusts nothing
+        if steward != self.steward:
+            return f"it covers steward {steward!r}'s ledger, not {self.steward!r}'s"
+        assert self._head_at is not None
+        try:
+            actual = self._head_at(length)
+        except PoolError:
+            actual = None
+        if actual is None:
+            return f"it covers {length} entries and the ledger has fewer"
+        if actual != head:
+            return f"the ledger's head at {length} is not the head it covers"
+        return None
+
+    def _ensure_checked(self) -> None:
+        if not self._checked:
+            self._check()
+
+    def head(self, length: int) -> bytes:
+        """The bound ledger's head at `length`, to record with the rows that cover it."""
+        if length == 0 or self._head_at is None:
+            # An index bound to no ledger (a verifier's private one) records none: no
+            # bound index ever trusts it, since it names no steward.
+            return GENESIS
+        found = self._head_at(length)
+        if found is None:
+            raise StoreError(f"{self.where}: the ledger has no head at {length} to record")
+        return found
 
     @property
     def covers(self) -> int:
-        """The ledger length the stored rows were written through (0 for a new index)."""
-        raise NotImplementedError
+        """The ledger length the stored rows were written through (0 for a new index, or
+        one that does not cover this ledger: DESIGN.md §4)."""
+        self._ensure_checked()
+        return self._covers() if self._usable else 0
 
     def rebase(self, length: int) -> bool:
         """Trust the rows below `length` only, the length the fold starts from. False
-        (nothing changed) when the index does not reach `length`."""
-        raise NotImplementedError
+        (nothing changed) when the index does not reach `length` (DESIGN.md §4)."""
+        if self.covers < length:
+            return False
+        self._rebase(length)
+        self.base = length
+        return True
 
     def reset(self) -> None:
-        """Start again from nothing, for a replay from entry 0."""
+        """Start again from nothing, for a replay from entry 0 (DESIGN.md §4)."""
+        self._ensure_checked()
+        self._reset()
+        self._pending.clear()
+        self.base = 0
+        self._usable = True
+
+    def _binding(self) -> Binding | None:
+        """The steward, length and head the stored rows cover, as recorded."""
         raise NotImplementedError
+
+    def _covers(self) -> int:
+        raise NotImplementedError
+
+    def _rebase(self, length: int) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def _discard(self) -> None:
+        """Drop every stored row and the binding: they are not this ledger's."""
+        self.reset()
 
     def _row(self, claim: str) -> tuple[int, int] | None:
         raise NotImplementedError

@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from joulepool.errors import StoreError
-from joulepool.ledger.released import ReleasedClaims
+from joulepool.ledger.cose import GENESIS
+from joulepool.ledger.released import Binding, ReleasedClaims
 
 log = logging.getLogger("joulepool.claim_index")
 
@@ -67,44 +68,51 @@ class ClaimIndex(ReleasedClaims):
                 # by this index that touches the tail's rows, not every claim ever released.
                 # An index written before it gets it here, once.
                 self._db.execute("CREATE INDEX IF NOT EXISTS released_at ON released (released)")
-                self._db.execute("CREATE TABLE IF NOT EXISTS covers (length INTEGER NOT NULL)")
-                if self._db.execute("SELECT count(*) FROM covers").fetchone()[0] == 0:
-                    self._db.execute("INSERT INTO covers VALUES (0)")
+                # What the rows cover (DESIGN.md §4). An index without it binds nothing: it
+                # starts at length 0, so none of its rows is trusted.
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS bound (steward TEXT NOT NULL, "
+                    "length INTEGER NOT NULL, head BLOB NOT NULL)"
+                )
+                if self._db.execute("SELECT count(*) FROM bound").fetchone()[0] == 0:
+                    self._db.execute("INSERT INTO bound VALUES ('', 0, ?)", (GENESIS,))
         except sqlite3.Error as exc:
             raise StoreError(f"{path}: the claim index cannot be opened: {exc}") from None
 
-    @property
-    def covers(self) -> int:
-        """The ledger length the rows on disk were written through (0 for a new index)."""
+    def _binding(self) -> Binding | None:
         try:
-            row = self._db.execute("SELECT length FROM covers").fetchone()
+            row = self._db.execute("SELECT steward, length, head FROM bound").fetchone()
         except sqlite3.Error:
-            return 0
-        return int(row[0]) if row else 0
+            return None
+        if row is None or not isinstance(row[2], bytes):
+            return None
+        return str(row[0]), int(row[1]), bytes(row[2])
 
-    def rebase(self, length: int) -> bool:
-        """Trust the rows below `length` only, the length the fold starts from: a writer
-        deletes the rest. False (nothing changed) when the index does not reach `length`."""
-        if self.covers < length:
-            return False
-        if not self.read_only:
-            self._db.execute("BEGIN")
-            self._db.execute("DELETE FROM released WHERE released >= ?", (length,))
-            self._db.execute("UPDATE covers SET length = ?", (length,))
-            self._db.execute("COMMIT")
-        self.base = length
-        return True
+    def _covers(self) -> int:
+        found = self._binding()
+        return found[1] if found is not None else 0
 
-    def reset(self) -> None:
-        """Empty the index, for a replay from entry 0."""
+    def _bind_to(self, length: int, head: bytes) -> None:
+        self._db.execute(
+            "UPDATE bound SET steward = ?, length = ?, head = ?", (self.steward, length, head)
+        )
+
+    def _rebase(self, length: int, head: bytes | None = None) -> None:
+        if self.read_only:
+            return
+        head = self.head(length) if head is None else head
+        self._db.execute("BEGIN")
+        self._db.execute("DELETE FROM released WHERE released >= ?", (length,))
+        self._bind_to(length, head)
+        self._db.execute("COMMIT")
+
+    def _reset(self) -> None:
         if self.read_only:
             raise StoreError(f"{self.path}: a read-only claim index cannot be rebuilt")
         self._db.execute("BEGIN")
         self._db.execute("DELETE FROM released")
-        self._db.execute("UPDATE covers SET length = 0")
+        self._bind_to(0, GENESIS)
         self._db.execute("COMMIT")
-        self._pending.clear()
-        self.base = 0
 
     def _row(self, claim: str) -> tuple[int, int] | None:
         row = self._db.execute(
@@ -114,10 +122,11 @@ class ClaimIndex(ReleasedClaims):
         return None if row is None else (int(row[0]), int(row[1]))
 
     def _write(self, rows: list[tuple[str, int, int]], length: int) -> None:
+        head = self.head(length)
         try:
             self._db.execute("BEGIN")
             self._db.executemany("INSERT INTO released VALUES (?, ?, ?)", rows)
-            self._db.execute("UPDATE covers SET length = ?", (length,))
+            self._bind_to(length, head)
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
@@ -137,10 +146,11 @@ class ClaimIndex(ReleasedClaims):
         ).fetchone()
         return int(row[0])
 
-    def copy_to(self, path: Path, length: int) -> int:
+    def copy_to(self, path: Path, length: int, head: bytes | None = None) -> int:
         """Write a consistent copy of this index to the new file `path`, cut back to the
-        ledger length `length` (a backup's) or to the length it reaches, if less (the writer
-        writes it just after each append); the length the copy covers."""
+        ledger length `length` (a backup's, whose head is `head`) or to the length it
+        reaches, if less (the writer writes it just after each append); the length the copy
+        covers. A copy cut to a length whose head is not known covers nothing (DESIGN.md §4)."""
         try:
             copy = sqlite3.connect(path, isolation_level=None)
             try:
@@ -152,8 +162,14 @@ class ClaimIndex(ReleasedClaims):
             raise StoreError(f"{path}: the claim index cannot be copied: {exc}") from None
         index = ClaimIndex(path)
         try:
-            cut = min(index.covers, length)
-            index.rebase(cut)
+            found = index._binding()
+            if found is None:
+                return 0
+            index.steward, covered, _ = found
+            if covered <= length:
+                return covered  # its binding, taken whole, still holds for the copy
+            cut = length if head is not None else 0
+            index._rebase(cut, head if head is not None else GENESIS)
             return cut
         finally:
             index.close()

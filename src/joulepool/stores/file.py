@@ -39,9 +39,10 @@ from joulepool.stores.base import EntryOffsets, SharedLedger
 from joulepool.stores.highwater import HighWaterFile, record_path
 from joulepool.stores.offset_table import (
     EVERY,
+    binding,
+    bound_table,
     checkpoints,
     find_entry,
-    read_table,
     table_path,
     write_table,
 )
@@ -296,7 +297,8 @@ class FileStore:
 
     def _loaded_table(self) -> array[int]:
         if self._table is None:
-            self._table = read_table(table_path(self.path))
+            size = os.fstat(self._fd).st_size
+            self._table = bound_table(table_path(self.path), self._fd, size)
         return self._table
 
     def _keep_table(self, offsets: array[int]) -> None:
@@ -307,7 +309,8 @@ class FileStore:
             return
         table = checkpoints(offsets)
         if table != self._loaded_table():
-            write_table(table_path(self.path), table)
+            bound = binding(self._fd, table, os.fstat(self._fd).st_size)
+            write_table(table_path(self.path), table, bound)
             self._table = table
 
     def proves_head(self, length: int, head: bytes) -> bool:
@@ -324,7 +327,7 @@ class FileStore:
             return False
         grown = found[1]
         if grown is not None and self._writer:
-            write_table(table_path(self.path), grown)
+            write_table(table_path(self.path), grown, binding(self._fd, grown, int(view[1][0])))
             self._table = grown
         return True
 

@@ -52,7 +52,9 @@ HAS_ALL_TABLES: LiteralString = (
     " AND to_regclass('pool_ledger_steward') IS NOT NULL"
 )
 HAS_SCHEMA: LiteralString = (
-    HAS_ALL_TABLES + " AND to_regclass('pool_ledger_claims_released') IS NOT NULL"
+    HAS_ALL_TABLES
+    + " AND to_regclass('pool_ledger_claims_released') IS NOT NULL"
+    + " AND to_regclass('pool_ledger_claims_bound') IS NOT NULL"
 )
 # The steward key that seals the ledger's next entry (DESIGN.md §4, key rotation), checked
 # under the ledger's lock in every section: a replica that missed a rotation seals nothing.
@@ -79,9 +81,11 @@ STEWARD_ROTATE: LiteralString = (
     " recorded_at = now()"
 )
 # Released claims (§6.4's duplicate check), off every replica's heap: one row per
-# claim id, unique per ledger; `covers` the longest length any replica wrote them through.
-# Each start deletes the rows past the ledger's end (CLAIMS_PAST): by the index on
-# `released` that reads those rows, not every claim the ledger ever released.
+# claim id, unique per ledger. `pool_ledger_claims_bound` records the steward, the longest
+# length any replica wrote them through and the head at it (DESIGN.md §4): the rows count
+# only while the ledger has that head at that length. Each start checks it and deletes the
+# rows past the ledger's end in one transaction under the ledger's lock (CLAIMS_CHECK), by
+# the index on `released` that reads those rows, not every claim the ledger ever released.
 CLAIMS_SCHEMA: LiteralString = """
 CREATE TABLE IF NOT EXISTS pool_ledger_claims (
     ledger text NOT NULL,
@@ -91,9 +95,11 @@ CREATE TABLE IF NOT EXISTS pool_ledger_claims (
     PRIMARY KEY (ledger, claim)
 );
 CREATE INDEX IF NOT EXISTS pool_ledger_claims_released ON pool_ledger_claims (ledger, released);
-CREATE TABLE IF NOT EXISTS pool_ledger_claims_covers (
+CREATE TABLE IF NOT EXISTS pool_ledger_claims_bound (
     ledger text PRIMARY KEY,
-    length bigint NOT NULL CHECK (length >= 0)
+    steward text NOT NULL,
+    length bigint NOT NULL CHECK (length >= 0),
+    head bytea NOT NULL CHECK (octet_length(head) = 32)
 )
 """
 CLAIM_ROW: LiteralString = (
@@ -105,13 +111,30 @@ CLAIM_WRITE: LiteralString = (
     " ON CONFLICT (ledger, claim) DO UPDATE"
     " SET admitted = excluded.admitted, released = excluded.released"
 )
+# The head is the entry's content address (SHA-256 of its bytes), read in the same
+# statement: no round trip per group commit. Raised, never lowered.
 CLAIMS_COVER: LiteralString = (
-    "INSERT INTO pool_ledger_claims_covers (ledger, length) VALUES (%s, %s)"
+    "INSERT INTO pool_ledger_claims_bound AS b (ledger, steward, length, head)"
+    " SELECT %s, %s, %s::bigint, sha256(entry) FROM pool_ledger_entries"
+    " WHERE ledger = %s AND seq = %s::bigint - 1"
     " ON CONFLICT (ledger) DO UPDATE"
-    " SET length = GREATEST(pool_ledger_claims_covers.length, excluded.length)"
+    " SET steward = excluded.steward, length = excluded.length, head = excluded.head"
+    " WHERE b.length < excluded.length"
 )
-CLAIMS_COVERS: LiteralString = "SELECT length FROM pool_ledger_claims_covers WHERE ledger = %s"
+CLAIMS_COVERS: LiteralString = "SELECT length FROM pool_ledger_claims_bound WHERE ledger = %s"
+# Under the ledger's lock: the binding, the ledger's head at its length and the ledger's
+# length, all read in one snapshot that no append can change.
+CLAIMS_BINDING: LiteralString = (
+    "SELECT b.steward, b.length, b.head,"
+    " (SELECT sha256(e.entry) FROM pool_ledger_entries AS e"
+    "  WHERE e.ledger = %s AND e.seq = b.length - 1),"
+    " (SELECT coalesce(max(seq) + 1, 0) FROM pool_ledger_entries WHERE ledger = %s),"
+    " (SELECT count(*) FROM pool_ledger_claims WHERE ledger = %s)"
+    " FROM (SELECT 1) AS one LEFT JOIN pool_ledger_claims_bound AS b ON b.ledger = %s"
+)
 CLAIMS_PAST: LiteralString = "DELETE FROM pool_ledger_claims WHERE ledger = %s AND released >= %s"
+CLAIMS_DROP: LiteralString = "DELETE FROM pool_ledger_claims WHERE ledger = %s"
+CLAIMS_UNBIND: LiteralString = "DELETE FROM pool_ledger_claims_bound WHERE ledger = %s"
 CLAIMS_STORED: LiteralString = (
     "SELECT claim, admitted, released FROM pool_ledger_claims"
     " WHERE ledger = %s AND released < %s ORDER BY claim"
