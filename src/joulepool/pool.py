@@ -74,6 +74,10 @@ CLOCK_STEP_MS = 5_000
 at the last entry's `at_ms`; against the monotonic clock, a step is let through. Beyond it,
 a time fault is reported and nothing is appended."""
 
+SLEW_DIVISOR = 2_000
+"""A clock may drift from the monotonic one by 1 ms in this many (500 ppm, NTP's most) on
+top of `CLOCK_STEP_MS` before the difference is a step."""
+
 MAX_CLOCK_GAP_MS = 31 * 86_400_000
 """`max_clock_gap`'s default (DESIGN.md §3): a clock further ahead of the last entry than this
 at start is a `clock_jump` until an operator accepts it."""
@@ -533,7 +537,8 @@ class Pool:
         if self._watch_steps and self._jump is None:
             mono = self._monotonic()
             expected = self._wall_seen + (mono - self._mono_seen)
-            if abs(wall - expected) > CLOCK_STEP_MS:
+            # NTP slews at most 500 ppm: over a long quiet spell that is no step.
+            if abs(wall - expected) > CLOCK_STEP_MS + (mono - self._mono_seen) // SLEW_DIVISOR:
                 self._jump = ClockFault(
                     "clock_jump",
                     wall,
