@@ -157,7 +157,8 @@ class MissingExtra(PoolError):
 
 
 def utc_ms(ms: int) -> str:
-    """An instant as people read it and machines parse it: ISO 8601 UTC, to the millisecond."""
+    """An instant as people read it and machines parse it, ISO 8601 UTC to the millisecond
+    with the integer beside it: how a time fault names both instants (DESIGN.md §3)."""
     from datetime import UTC, datetime
 
     try:
