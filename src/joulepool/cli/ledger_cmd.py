@@ -412,8 +412,12 @@ def _accept_clock(args: argparse.Namespace) -> int:
     from joulepool.pool import wall_clock_ms
 
     folder = Path(args.dir)
+    if args.postgres:
+        from joulepool.extras import require
+
+        require("postgres", "pool ledger accept-clock --postgres")
     # A reader: it works beside a running writer, which picks the acceptance up itself.
-    pool = open_pool(folder, read_only=True)
+    pool = open_pool(folder, read_only=True, postgres=args.postgres, ledger=args.ledger)
     try:
         length, head = pool.snapshot()
         last = pool.state.last_at_ms
@@ -669,6 +673,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ),
     )
     c.add_argument("dir", metavar="DIR", help="the deployment folder")
+    c.add_argument(
+        "--postgres",
+        metavar="DSN",
+        help="the ledger is in PostgreSQL (the record is kept in DIR, for its replica)",
+    )
+    c.add_argument("--ledger", metavar="NAME", help="the ledger's name in PostgreSQL")
     add_json(c)
     c.set_defaults(handler=_accept_clock)
 

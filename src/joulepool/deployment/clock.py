@@ -4,7 +4,9 @@ the folder reads it when its clock is far ahead of the last entry or stepped whi
 
 The record names the instant the clock read when it was accepted, and the ledger's length
 and head at that moment: it covers that jump only, and is spent as soon as an entry is
-appended after it. Each acceptance is also appended, one JSON line, to the folder's log.
+appended after it. Each acceptance is also appended, one JSON line, to the folder's log. A
+replica of a PostgreSQL ledger keeps its record in its own folder: each replica's clock is
+accepted where it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import os
 from pathlib import Path
 
-from joulepool.deployment.config import LEDGER
+from joulepool.deployment.config import CONFIG, LEDGER
 from joulepool.errors import InvalidInput, utc_ms
 from joulepool.files import write_atomically
 from joulepool.pool import ClockAcceptance
@@ -48,8 +50,8 @@ def read_acceptance(folder: Path) -> ClockAcceptance | None:
 def accept_clock(folder: Path, at_ms: int, length: int, head: bytes) -> dict[str, object]:
     """Keep an acceptance of the clock reading `at_ms` at a ledger of `length` entries with
     `head` (DESIGN.md §3): the record in force, and a line in the log. Returns the record."""
-    if not (folder / LEDGER).is_file():
-        raise InvalidInput(str(folder), f"no {LEDGER} here: not a deployment folder")
+    if not (folder / CONFIG).is_file():
+        raise InvalidInput(str(folder), f"no {CONFIG} here: not a deployment folder")
     try:
         who = getpass.getuser()
     except (KeyError, OSError):
