@@ -75,8 +75,11 @@ def test_a_clock_past_max_clock_gap_at_start_waits_for_an_acceptance_of_that_led
     with pytest.raises(ClockFault) as refused:
         pool.submit(claim("y"))
     assert refused.value.code == "clock_jump"
-    # An acceptance made at another ledger length covers nothing.
+    # An acceptance made before the jump was seen, or naming entries the ledger does not
+    # hold, covers nothing.
     kept.append(ClockAcceptance(t.wall, 0, b"\0" * 32))
+    assert pool.clock_fault() is not None
+    kept.append(ClockAcceptance(t.wall, 5, b"\0" * 32))
     assert pool.clock_fault() is not None
     length, head = pool.snapshot()
     kept.append(ClockAcceptance(t.wall, length, head))

@@ -263,6 +263,7 @@ class Pool:
         # A clock_jump stands from its detection until an acceptance covers it.
         self._jump: ClockFault | None = None
         self._jump_at_start = False
+        self._jump_length = 0
         # Claims admitted by this process: the monotonic instant of each admission, so a
         # duration is real elapsed time, not a difference of clamped `at_ms`.
         self._admitted_mono: dict[str, int] = {}
@@ -491,18 +492,20 @@ class Pool:
             "runs `pool ledger accept-clock DIR` (or the clock is put right)",
         )
         self._jump_at_start = True
+        self._jump_length = state.length
         self._accept_if_covered()
 
     def _accept_if_covered(self) -> bool:
-        """Whether the standing `clock_jump` is covered by an operator's acceptance made at
-        the ledger as it stands (and, for a step while running, made after the step)."""
+        """Whether the standing `clock_jump` is covered by an operator's acceptance made on
+        this ledger once the jump was seen (and, for a step while running, made after the
+        step by the clock): then it is lifted."""
         fault = self._jump
         if fault is None or self._accepted_clock is None:
             return fault is None
         accepted = self._accepted_clock()
         if accepted is None:
             return False
-        if accepted.length != self._replayer.length or accepted.head != self._replayer.head:
+        if not self._names_the_ledger(accepted):
             return False
         if not self._jump_at_start and accepted.at_ms < fault.clock_ms - CLOCK_STEP_MS:
             return False
@@ -515,6 +518,19 @@ class Pool:
         self._jump_at_start = False
         self._wall_seen, self._mono_seen = self._clock(), self._monotonic()
         return True
+
+    def _names_the_ledger(self, accepted: ClockAcceptance) -> bool:
+        """Whether `accepted` was made on this ledger no earlier than the standing jump was
+        seen: a prefix of it, at least as long. Another replica may have appended since, so
+        the acceptance is not spent by entries this writer has not read."""
+        if accepted.length < self._jump_length:
+            return False
+        if accepted.length == self._replayer.length:
+            return accepted.head == self._replayer.head
+        try:
+            return head_at(self.store, accepted.length) == accepted.head
+        except (PoolError, IndexError, KeyError):
+            return False  # not (yet) in the store this writer reads
 
     def clock_fault(self) -> ClockFault | None:
         """The time fault an append made now would meet, or None (DESIGN.md §3): what
@@ -547,6 +563,7 @@ class Pool:
                     "monotonic clock: nothing is appended until an operator runs "
                     "`pool ledger accept-clock DIR`",
                 )
+                self._jump_length = self._replayer.length
                 log.error("%s: %s", self._jump.code, self._jump)
             else:
                 # Measured from the last reading, so a slewing clock never adds up to a step.
