@@ -3,8 +3,8 @@ are reported, never absorbed"): `pool ledger accept-clock DIR` writes it, and a 
 the folder reads it when its clock is far ahead of the last entry or stepped while running.
 
 The record names the instant the clock read when it was accepted, and the ledger's length
-and head at that moment: it covers that jump only, and is spent as soon as an entry is
-appended after it. Each acceptance is also appended, one JSON line, to the folder's log. A
+and head at that moment: it covers a jump seen at that length or before, never one seen
+after an entry appended since. Each acceptance is also appended, one JSON line, to the folder's log. A
 replica of a PostgreSQL ledger keeps its record in its own folder: each replica's clock is
 accepted where it runs.
 """
