@@ -154,3 +154,35 @@ class MissingExtra(PoolError):
         super().__init__(f"{needed_by} needs {what} ({reason}): {install}")
         self.needed_by = needed_by
         self.install = install
+
+
+def utc_ms(ms: int) -> str:
+    """An instant as people read it and machines parse it, ISO 8601 UTC to the millisecond
+    with the integer beside it: how a time fault names both instants (DESIGN.md §3)."""
+    from datetime import UTC, datetime
+
+    try:
+        text = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        return f"{ms} ms"
+    return f"{text}.{ms % 1000:03d}Z ({ms} ms)"
+
+
+class ClockFault(PoolError):
+    """The clock cannot be trusted to date an entry (DESIGN.md §3, "Time faults are
+    reported, never absorbed"): nothing is appended while it lasts.
+
+    `code` is `clock_behind_ledger` (the clock is more than the absorbed step behind the
+    last entry) or `clock_jump` (the clock is far ahead of the last entry at start, or
+    stepped against the monotonic clock while running, and no operator has accepted it
+    with `pool ledger accept-clock`). `clock_ms` is the clock's reading and `ledger_ms` the
+    last entry's `at_ms`; the sentence names both.
+    """
+
+    code = "clock_fault"
+
+    def __init__(self, code: str, clock_ms: int, ledger_ms: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.clock_ms = clock_ms
+        self.ledger_ms = ledger_ms

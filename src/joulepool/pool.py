@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from joulepool.admission import Admit, Queue, QueueReason, Verdict, decide
 from joulepool.claim import Claim
 from joulepool.claim_id import check_admitted_id
-from joulepool.errors import ClaimError, InvalidInput, PoolError, StoreError
+from joulepool.errors import ClaimError, ClockFault, InvalidInput, PoolError, StoreError, utc_ms
 from joulepool.estimate import Declined, Derived, Tally, decide_estimate
 from joulepool.events import Admitted, Event, Released
 from joulepool.grade import Energy
@@ -62,6 +62,35 @@ log = logging.getLogger("joulepool.pool")
 def wall_clock_ms() -> int:
     """Milliseconds since the Unix epoch (DESIGN.md §2: `at_ms`)."""
     return time.time_ns() // 1_000_000
+
+
+def monotonic_ms() -> int:
+    """Milliseconds on a clock no one can set (DESIGN.md §3: durations on real elapsed time)."""
+    return time.monotonic_ns() // 1_000_000
+
+
+CLOCK_STEP_MS = 5_000
+"""The largest clock step absorbed (DESIGN.md §3): behind the last entry, an entry is dated
+at the last entry's `at_ms`; against the monotonic clock, a step is let through. Beyond it,
+a time fault is reported and nothing is appended."""
+
+SLEW_DIVISOR = 2_000
+"""A clock may drift from the monotonic one by 1 ms in this many (500 ppm, NTP's most) on
+top of `CLOCK_STEP_MS` before the difference is a step."""
+
+MAX_CLOCK_GAP_MS = 31 * 86_400_000
+"""`max_clock_gap`'s default (DESIGN.md §3): a clock further ahead of the last entry than this
+at start is a `clock_jump` until an operator accepts it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClockAcceptance:
+    """An operator's `pool ledger accept-clock` (DESIGN.md §3): the clock read `at_ms` when
+    the ledger stood at `length` entries with `head`, and was declared right."""
+
+    at_ms: int
+    length: int
+    head: bytes
 
 
 BUDGET_REASONS = frozenset(
@@ -211,6 +240,10 @@ class Pool:
         snapshot_every: int = SNAPSHOT_EVERY,
         snapshot_seconds: float = SNAPSHOT_SECONDS,
         claims: ReleasedClaims | None = None,
+        monotonic: Callable[[], int] = monotonic_ms,
+        max_clock_gap_ms: int | None = None,
+        watch_clock_steps: bool = False,
+        accepted_clock: Callable[[], ClockAcceptance | None] | None = None,
     ) -> None:
         # A reader (`pool usage` beside `pool serve`) seals nothing, so needs no secret.
         if key.seed is None and not read_only:
@@ -221,6 +254,19 @@ class Pool:
         self.idle_policy = idle_policy if idle_policy is not None else IdlePolicy()
         self.required_evidence = required_evidence
         self._clock = clock
+        self._monotonic = monotonic
+        self._watch_steps = watch_clock_steps
+        self._accepted_clock = accepted_clock
+        # The last wall and monotonic readings that agreed: a step is measured from them.
+        self._wall_seen, self._mono_seen = clock(), monotonic()
+        self.started_mono = self._mono_seen
+        # A clock_jump stands from its detection until an acceptance covers it.
+        self._jump: ClockFault | None = None
+        self._jump_at_start = False
+        self._jump_length = 0
+        # Claims admitted by this process: the monotonic instant of each admission, so a
+        # duration is real elapsed time, not a difference of clamped `at_ms`.
+        self._admitted_mono: dict[str, int] = {}
         # Decisions, appends and readers take it; readers wait for a settled state under it.
         self._commit_lock = threading.RLock()
         self._changed = threading.Condition(self._commit_lock)
@@ -274,6 +320,8 @@ class Pool:
         self._snapshot_due = self._replayer.length + self._snapshot_every
         self._snapshot_deadline = time.monotonic() + snapshot_seconds
         self._snapshot_length = self.started_from
+        if max_clock_gap_ms is not None and not read_only:
+            self._check_gap_at_start(max_clock_gap_ms)
 
     def _verified_snapshot(
         self, store: Store, steward: str, keys: KeySchedule, tree: Tree, period: Schedule
@@ -426,6 +474,131 @@ class Pool:
         entry's `at_ms`, so a clock stepping back cannot reopen a closed period (DESIGN.md §3)."""
         return max(self._clock(), self.state.last_at_ms)
 
+    # -- time faults (DESIGN.md §3) --------------------------------------------------------
+
+    def _check_gap_at_start(self, max_gap_ms: int) -> None:
+        state = self.state
+        if state.length == 0:
+            return  # no entry dates the ledger yet: there is nothing to be ahead of
+        wall, last = self._clock(), state.last_at_ms
+        if wall - last <= max_gap_ms:
+            return
+        self._jump = ClockFault(
+            "clock_jump",
+            wall,
+            last,
+            f"the clock reads {utc_ms(wall)}, more than max_clock_gap ({max_gap_ms} ms) ahead "
+            f"of the last entry at {utc_ms(last)}: nothing is appended until an operator "
+            "runs `pool ledger accept-clock DIR` (or the clock is put right)",
+        )
+        self._jump_at_start = True
+        self._jump_length = state.length
+        self._accept_if_covered()
+
+    def _accept_if_covered(self) -> bool:
+        """Whether the standing `clock_jump` is covered by an operator's acceptance made on
+        this ledger once the jump was seen (and, for a step while running, made after the
+        step by the clock): then it is lifted."""
+        fault = self._jump
+        if fault is None or self._accepted_clock is None:
+            return fault is None
+        accepted = self._accepted_clock()
+        if accepted is None:
+            return False
+        if not self._names_the_ledger(accepted):
+            return False
+        if not self._jump_at_start and accepted.at_ms < fault.clock_ms - CLOCK_STEP_MS:
+            return False
+        log.warning(
+            "clock accepted by an operator at %s (ledger length %d): appending again",
+            utc_ms(accepted.at_ms),
+            accepted.length,
+        )
+        self._jump = None
+        self._jump_at_start = False
+        self._wall_seen, self._mono_seen = self._clock(), self._monotonic()
+        return True
+
+    def _names_the_ledger(self, accepted: ClockAcceptance) -> bool:
+        """Whether `accepted` was made on this ledger no earlier than the standing jump was
+        seen: a prefix of it, at least as long. Another replica may have appended since, so
+        the acceptance is not spent by entries this writer has not read."""
+        if accepted.length < self._jump_length:
+            return False
+        if accepted.length == self._replayer.length:
+            return accepted.head == self._replayer.head
+        try:
+            return head_at(self.store, accepted.length) == accepted.head
+        except (PoolError, IndexError, KeyError):
+            return False  # not (yet) in the store this writer reads
+
+    def clock_fault(self) -> ClockFault | None:
+        """The time fault an append made now would meet, or None (DESIGN.md §3): what
+        `/readyz` reports. A reader's clock dates nothing, so it has none."""
+        if self.read_only:
+            return None
+        with self._commit_lock:
+            try:
+                self._append_instant()
+            except ClockFault as exc:
+                return exc
+            return None
+
+    def _append_instant(self) -> int:
+        """The `at_ms` an entry sealed now carries, or the `ClockFault` that forbids sealing
+        one (DESIGN.md §3): the clock, raised to the last entry's `at_ms` across a step of
+        at most `CLOCK_STEP_MS` back; further behind is `clock_behind_ledger`; a standing
+        jump not yet accepted is `clock_jump`."""
+        wall = self._clock()
+        if self._watch_steps and self._jump is None:
+            mono = self._monotonic()
+            expected = self._wall_seen + (mono - self._mono_seen)
+            # NTP slews at most 500 ppm: over a long quiet spell that is no step.
+            if abs(wall - expected) > CLOCK_STEP_MS + (mono - self._mono_seen) // SLEW_DIVISOR:
+                self._jump = ClockFault(
+                    "clock_jump",
+                    wall,
+                    self.state.last_at_ms,
+                    f"the clock stepped from {utc_ms(expected)} to {utc_ms(wall)} against the "
+                    "monotonic clock: nothing is appended until an operator runs "
+                    "`pool ledger accept-clock DIR`",
+                )
+                self._jump_length = self._replayer.length
+                log.error("%s: %s", self._jump.code, self._jump)
+            else:
+                # Measured from the last reading, so a slewing clock never adds up to a step.
+                self._wall_seen, self._mono_seen = wall, mono
+        if self._jump is not None and not self._accept_if_covered():
+            fault = self._jump
+            raise ClockFault(fault.code, fault.clock_ms, fault.ledger_ms, fault.detail)
+        last = self.state.last_at_ms
+        if wall < last - CLOCK_STEP_MS:
+            raise ClockFault(
+                "clock_behind_ledger",
+                wall,
+                last,
+                f"the clock reads {utc_ms(wall)}, {last - wall} ms behind the last entry at "
+                f"{utc_ms(last)}: nothing is appended until the clock is past "
+                f"{utc_ms(last - CLOCK_STEP_MS)}",
+            )
+        return max(wall, last)
+
+    def elapsed_since_admission_ms(self, claim_id: str, admitted: Admitted) -> int:
+        """Real time since `claim_id` was admitted, never less than 0 (DESIGN.md §3:
+        durations on real elapsed time, never on clamped `at_ms`).
+
+        A claim this process admitted is timed on the monotonic clock. One admitted before it
+        started has at least this process's own age behind it, and at least the wall clock's
+        distance from its `at_ms` (the unclamped clock, never the instant an entry would
+        carry now): the larger of the two.
+        """
+        mono = self._monotonic()
+        with self._commit_lock:
+            since = self._admitted_mono.get(claim_id)
+        if since is not None:
+            return max(0, mono - since)
+        return max(0, mono - self.started_mono, self._clock() - admitted.at_ms)
+
     def period(self, index: int | None = None) -> Period:
         """The period of that index, or the current one (DESIGN.md §3)."""
         with self._settled():
@@ -573,6 +746,11 @@ class Pool:
             # decides the batch again after them.
             self._reread_quietly()
             batch.start, batch.head = self._replayer.length, self._replayer.head
+            try:
+                self._append_instant()
+            except ClockFault as exc:
+                batch.refuse(exc)
+                return batch
             self.state.begin()
             try:
                 self._decide_into(batch)
@@ -677,6 +855,9 @@ class Pool:
                 assert self._pending[0] is b
                 self._pending.popleft()
                 b.settled = True
+                for outcome in b.outcomes:
+                    if isinstance(outcome, Release):
+                        self._admitted_mono.pop(outcome.claim, None)
             end = self._pending[0].start if self._pending else self._replayer.length
             self.state.commit(end)
             if self._snapshots is not None and (
@@ -732,8 +913,9 @@ class Pool:
 
     def _decide_one(self, op: Claim | ReleaseRequest) -> tuple[Decision | Release, bytes | None]:
         state = self.state
-        # Non-decreasing along the ledger (DESIGN.md §3): the decision and its entry share it.
-        at_ms = self.now_ms()
+        # Non-decreasing along the ledger, across small steps only (DESIGN.md §3): the
+        # decision and its entry share it.
+        at_ms = self._append_instant()
         result: Decision | Release
         if isinstance(op, Claim):
             check_admitted_id(op.id, op.entitlement, self.tree)
@@ -756,6 +938,7 @@ class Pool:
                 class_=op.class_,
             )
             result = Decision(op.id, verdict, state.length, at_ms)
+            self._admitted_mono[op.id] = self._monotonic()
         else:
             if state.closed_claim(op.claim) is not None:
                 raise ClaimError(

@@ -22,7 +22,7 @@ from joulepool.admission import Admit, Queue
 from joulepool.claim import Claim
 from joulepool.conformance.execute import run_case
 from joulepool.deployment.config import CONFIG, parse_config, read_config
-from joulepool.errors import InvalidInput
+from joulepool.errors import ClockFault, InvalidInput
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.cose import open_envelope
 from joulepool.ledger.entry import event_of
@@ -141,19 +141,20 @@ def test_live_pool_across_boundaries_agrees_with_exec_decide_on_period_usage(
     pool.close()
 
 
-def test_writer_keeps_at_ms_non_decreasing_when_the_clock_steps_back(tmp_path: Path) -> None:
-    # A clock that steps back 10 s after the first entry: the only clock faked here, since a
-    # real one cannot be made to step back on demand.
-    instants = iter([50_000, 40_000, 40_001])
+def test_writer_keeps_at_ms_non_decreasing_across_a_small_step_back(tmp_path: Path) -> None:
+    # A clock that steps back 4 s after the first entry, within the 5 s the writer absorbs:
+    # the only clock faked here, since a real one cannot be made to step back on demand.
+    now = [50_000]
     schedule = Schedule("fixed", 10_000, 0)
     pool = Pool(
         team_tree(g=1000),
         STEWARD,
         FileStore(tmp_path / "l.cbor", create=True),
-        clock=lambda: next(instants),
+        clock=lambda: now[0],
         period=schedule,
     )
     pool.submit(Claim("x", "a", 1, 1, Energy(600, Grade.HwShunt)))
+    now[0] = 46_000
     later = pool.submit(Claim("y", "a", 1, 1, Energy(600, Grade.HwShunt)))
     # The second claim is decided at 50 000, in the first one's period [50 000, 60 000), not
     # in the closed period [40 000, 50 000): both count there, and it borrows 200 µJ.
@@ -162,6 +163,27 @@ def test_writer_keeps_at_ms_non_decreasing_when_the_clock_steps_back(tmp_path: P
     assert pool.usage_of("a", 5).spent_uj == 1200
     at = [event_of(open_envelope(raw).core, STEWARD.kid).at_ms for raw in pool.entries()]
     assert at == [50_000, 50_000]
+    pool.close()
+
+
+def test_writer_appends_nothing_when_the_clock_is_far_behind_the_ledger(tmp_path: Path) -> None:
+    # 10 s back is beyond the absorbed step: reported, naming both instants, never clamped.
+    now = [50_000]
+    pool = Pool(
+        team_tree(g=1000),
+        STEWARD,
+        FileStore(tmp_path / "l.cbor", create=True),
+        clock=lambda: now[0],
+        period=Schedule("fixed", 10_000, 0),
+    )
+    pool.submit(Claim("x", "a", 1, 1, Energy(600, Grade.HwShunt)))
+    now[0] = 40_000
+    with pytest.raises(ClockFault) as refused:
+        pool.submit(Claim("y", "a", 1, 1, Energy(600, Grade.HwShunt)))
+    assert refused.value.code == "clock_behind_ledger"
+    assert (refused.value.clock_ms, refused.value.ledger_ms) == (40_000, 50_000)
+    assert "(40000 ms)" in str(refused.value) and "(50000 ms)" in str(refused.value)
+    assert pool.length == 1
     pool.close()
 
 

@@ -404,6 +404,44 @@ def _acknowledge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _accept_clock(args: argparse.Namespace) -> int:
+    """Accept the clock as it reads now, against the ledger as it stands (DESIGN.md §3)."""
+    from joulepool.deployment.clock import accept_clock
+    from joulepool.deployment.open import open_pool
+    from joulepool.errors import utc_ms
+    from joulepool.pool import wall_clock_ms
+
+    folder = Path(args.dir)
+    if args.postgres:
+        from joulepool.extras import require
+
+        require("postgres", "pool ledger accept-clock --postgres")
+    # A reader: it works beside a running writer, which picks the acceptance up itself.
+    pool = open_pool(folder, read_only=True, postgres=args.postgres, ledger=args.ledger)
+    try:
+        length, head = pool.snapshot()
+        last = pool.state.last_at_ms
+    finally:
+        pool.close()
+    now = wall_clock_ms()
+    record = accept_clock(folder, now, length, head)
+    print(
+        f"pool: clock accepted at {utc_ms(now)} for {folder} at length {length} "
+        f"(last entry at {utc_ms(last)})",
+        file=sys.stderr,
+    )
+    result = {**record, "last_entry_at_ms": last}
+
+    def human(c: Console) -> None:
+        c.print(
+            f"{folder}: the clock reading {utc_ms(now)} is accepted at length {length}; "
+            f"the next entry is dated by it (the last one is at {utc_ms(last)})"
+        )
+
+    emit(args, result, human)
+    return 0
+
+
 def _backup(args: argparse.Namespace) -> int:
     from joulepool.deployment.backup import backup
 
@@ -631,6 +669,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.add_argument("file", metavar="FILE|DIR", help="a ledger file or a deployment folder")
     add_json(r)
     r.set_defaults(handler=_recover)
+
+    c = lsub.add_parser(
+        "accept-clock",
+        help="accept a clock far ahead of the ledger, or stepped (clock_jump), as right",
+        description=(
+            "Record, beside the ledger, that the clock as it reads now is right, at the "
+            "ledger's present length and head (DESIGN.md §3). A writer refusing clock_jump "
+            "appends again once it reads it; the record covers that jump only, and each "
+            "acceptance is logged in ledger.cbor.clock.log. A clock behind the ledger "
+            "(clock_behind_ledger) cannot be accepted: see docs/reliability.md."
+        ),
+    )
+    c.add_argument("dir", metavar="DIR", help="the deployment folder")
+    c.add_argument(
+        "--postgres",
+        metavar="DSN",
+        help="the ledger is in PostgreSQL (the record is kept in DIR, for its replica)",
+    )
+    c.add_argument("--ledger", metavar="NAME", help="the ledger's name in PostgreSQL")
+    add_json(c)
+    c.set_defaults(handler=_accept_clock)
 
     a = lsub.add_parser(
         "acknowledge",

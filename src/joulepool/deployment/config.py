@@ -28,6 +28,7 @@ from joulepool.checks import check_figure, check_text
 from joulepool.errors import InvalidInput, InvalidTree
 from joulepool.idle import IdlePolicy
 from joulepool.periods import NONE, Schedule
+from joulepool.pool import MAX_CLOCK_GAP_MS
 from joulepool.tree import Entitlement, Tree
 
 CONFIG = "pool.toml"
@@ -38,7 +39,7 @@ WITNESSES = "witnesses"
 TOKENS = "tokens.toml"
 
 _TOP_KEYS = {"pool", "idle", "period", "entitlement"}
-_POOL_KEYS = {"steward", "required_evidence", "max_device_power_w"}
+_POOL_KEYS = {"steward", "required_evidence", "max_device_power_w", "max_clock_gap"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,16 @@ class Config:
     max_device_power_w: int | None = None
     """The most one device can draw, W: it bounds a release's actual figure
     (`joulepool.views.plausibility`). None: unconfigured, and no physical bound is applied."""
+    max_clock_gap: int | None = None
+    """Seconds the clock may be ahead of the last entry at start before it is a `clock_jump`
+    (DESIGN.md §3). None: unset, and the default of 31 days applies (`clock_gap_ms`)."""
+
+    @property
+    def clock_gap_ms(self) -> int:
+        """`max_clock_gap` in milliseconds, or its default (DESIGN.md §3)."""
+        if self.max_clock_gap is None:
+            return MAX_CLOCK_GAP_MS
+        return self.max_clock_gap * 1000
 
 
 def read_config(path: Path) -> Config:
@@ -88,6 +99,12 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         if ceiling == 0:
             # A ceiling of 0 W would refuse every release; unconfigured is spelled by absence.
             raise InvalidInput(f"{where}: pool.max_device_power_w", "must be at least 1 W")
+    gap = None
+    if "max_clock_gap" in pool:
+        gap = check_figure(pool["max_clock_gap"], f"{where}: pool.max_clock_gap")
+        if gap == 0:
+            # 0 s would make every start a clock_jump; the default is spelled by absence.
+            raise InvalidInput(f"{where}: pool.max_clock_gap", "must be at least 1 s")
     idle = doc.get("idle", {})
     if not isinstance(idle, Mapping) or set(idle) - {"window_us", "threshold_uw"}:
         raise InvalidInput(f"{where}: idle", "a table of window_us and threshold_uw only")
@@ -102,7 +119,7 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc.field}", exc.detail.rsplit(": ", 1)[-1]) from None
     tree = parse_tree(doc.get("entitlement"), where)
-    return Config(steward, tree, policy, required, period, ceiling)
+    return Config(steward, tree, policy, required, period, ceiling, gap)
 
 
 def config_digest(config: Config) -> bytes:
@@ -112,7 +129,8 @@ def config_digest(config: Config) -> bytes:
     one PostgreSQL ledger must agree on it (docs/reliability.md); comments, key order and
     layout of the file do not change it, and neither does the steward (its key is checked
     on its own). The release ceiling `max_device_power_w` is covered where it is set, so
-    replicas refuse the same figures; unset, it leaves the digest as the rest makes it."""
+    replicas refuse the same figures; unset, it leaves the digest as the rest makes it. So
+    does `max_clock_gap` (DESIGN.md §3), so existing deployments keep their digest."""
     idle = config.idle
     doc: dict[str, Any] = {
         "pool.toml": 1,
@@ -123,6 +141,8 @@ def config_digest(config: Config) -> bytes:
     }
     if config.max_device_power_w is not None:
         doc["max_device_power_w"] = config.max_device_power_w
+    if config.max_clock_gap is not None:
+        doc["max_clock_gap"] = config.max_clock_gap
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).digest()
 

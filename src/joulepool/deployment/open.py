@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from joulepool.deployment.clock import read_acceptance
 from joulepool.deployment.config import CONFIG, KEY, LEDGER, WITNESSES, Config, read_config
 from joulepool.deployment.keys import deployment_keys, rotate_pending
 from joulepool.deployment.witnesses import kept_marks
@@ -78,6 +79,10 @@ def open_pool(
     `read_only` opens a reader that needs neither the writer's lock nor the secret key, so
     it works while `pool serve` runs; `pool.store.writer_pid` names the writer it read
     beside, if any. A writer puts a key `pool keys rotate` left pending into force.
+
+    A writer watches its clock (DESIGN.md §3): more than the configuration's `max_clock_gap`
+    ahead of the last entry at start, or stepped while running, it appends nothing until the
+    acceptance `pool ledger accept-clock` keeps in the folder covers the jump.
     """
     report = say(who)
     if config is None:
@@ -135,6 +140,9 @@ def open_pool(
             snapshot_every=snapshot_every,
             snapshot_seconds=snapshot_seconds,
             claims=claims,
+            max_clock_gap_ms=config.clock_gap_ms,
+            watch_clock_steps=True,
+            accepted_clock=lambda: read_acceptance(folder),
         )
     except BaseException:
         store.close()

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 
-from joulepool.errors import ClaimError, InvalidInput, LedgerRefused, PoolError, StoreError
+from joulepool.errors import (
+    ClaimError,
+    ClockFault,
+    InvalidInput,
+    LedgerRefused,
+    PoolError,
+    StoreError,
+)
 from joulepool.service import models as m
 from joulepool.service.boundary import principal_of
 from joulepool.service.tokens import Principal
@@ -80,7 +87,7 @@ def pool_error(exc: PoolError) -> JSONResponse:
         return error(CLAIM_ERRORS.get(exc.code, 409), exc.code, str(exc))
     if isinstance(exc, InvalidInput):
         return error(422, "invalid_input", str(exc))
-    if isinstance(exc, StoreError | LedgerRefused):
+    if isinstance(exc, StoreError | LedgerRefused | ClockFault):
         store_failures(exc)
         return error(503, exc.code, str(exc))
     return error(500, exc.code, str(exc))

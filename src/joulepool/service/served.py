@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from joulepool.errors import PoolError, StoreError
+from joulepool.errors import ClockFault, PoolError, StoreError
 from joulepool.pool import Pool
 from joulepool.service.committer import Committer
 from joulepool.service.deps import ApiError
@@ -138,11 +138,17 @@ class Service:
     def readiness(self) -> dict[str, Any]:
         """/readyz: ready once replayed and while the next write can be expected to
         succeed (the disk has room; PostgreSQL answers, within a bound, and records this
-        replica's configuration). Otherwise `ApiError` 503 naming the cause, logged once."""
+        replica's configuration) and the clock can date an entry (DESIGN.md §3:
+        `clock_behind_ledger`, `clock_jump`). Otherwise `ApiError` 503 naming the cause,
+        logged once."""
         pool = self.ready_pool()
         try:
             length = self._check_store(pool)
-        except StoreError as exc:
+            # A clock the writer cannot date entries by: every append would be refused.
+            fault = pool.clock_fault()
+            if fault is not None:
+                raise fault
+        except (StoreError, ClockFault) as exc:
             if exc.code != self.unready:
                 log.error("not ready: %s: %s", exc.code, exc)
                 self.unready = exc.code

@@ -3,11 +3,16 @@
 A release charges its actual figure for good (§6.2): a figure typed ×1000 too large would
 leave its team queueing `limit_reached` for the rest of the period. With a ceiling
 configured (`max_device_power_w` in pool.toml), no claim can have drawn more than
-devices × ceiling × the time since its admission; a figure above that bound is refused as
+devices × ceiling × the real time since its admission; a figure above that bound is refused as
 `implausible_actual`, naming the bound, unless an operator overrides it (and the override is
 logged). Without a ceiling there is no physical bound to apply, so a figure more than
 `UNCONFIGURED_RATIO` times its reservation is flagged: the CLI asks for confirmation and the
 service logs it. The CLI and the HTTP service both come here.
+
+The time since admission is real elapsed time, never a difference of `at_ms` (DESIGN.md §3,
+`Pool.elapsed_since_admission_ms`): for a claim the process admitted, the monotonic clock
+since its admission; for one admitted before the process started, the larger of the
+process's own age and the wall clock's distance from the admission's `at_ms`, never below 0.
 """
 
 from __future__ import annotations
@@ -59,7 +64,9 @@ def check_release(
         return None
     adm = state.admitted
     if ceiling_w is not None:
-        elapsed_ms = pool.now_ms() - adm.at_ms
+        # Real elapsed time (DESIGN.md §3): an `at_ms` raised to its predecessor's across a
+        # clock step would make the bound 0 and refuse every figure.
+        elapsed_ms = pool.elapsed_since_admission_ms(claim_id, adm)
         bound = physical_bound_uj(adm.devices, ceiling_w, elapsed_ms)
         if actual_uj <= bound:
             return None
