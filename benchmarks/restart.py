@@ -80,8 +80,10 @@ def deployment(entries: int, root: Path) -> Path:
     # index is built once here), so no start below pays for that upgrade; one that records
     # no binding to its ledger (DESIGN.md §4) would be rebuilt by a full replay at every
     # start over a fresh copy, so one writer's start binds it here, once.
-    ClaimIndex(index_path(cached / "ledger.cbor")).close()
-    if not bound(cached):
+    index = ClaimIndex(index_path(cached / "ledger.cbor"))
+    recorded = index.recorded()
+    index.close()
+    if recorded is None or not recorded[0]:
         open_pool(cached).close()
     folder = root / f"dep-{entries}"
     shutil.copytree(cached, folder)
@@ -92,20 +94,6 @@ def deployment(entries: int, root: Path) -> Path:
     text = config.read_text(encoding="utf-8")
     config.write_text(text.replace("[pool]\n", "[pool]\nmax_clock_gap = 315360000\n", 1))
     return folder
-
-
-def bound(folder: Path) -> bool:
-    """Whether the claim index beside `folder`'s ledger records the ledger it covers."""
-    import sqlite3
-
-    db = sqlite3.connect(f"file:{index_path(folder / 'ledger.cbor')}?mode=ro", uri=True)
-    try:
-        row = db.execute("SELECT steward FROM bound").fetchone()
-        return row is not None and bool(row[0])
-    except sqlite3.Error:
-        return False
-    finally:
-        db.close()
 
 
 def build(entries: int, folder: Path) -> None:

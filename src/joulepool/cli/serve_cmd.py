@@ -48,7 +48,14 @@ def build_service(
     is taken here, before replay: a second `pool serve` on the folder is refused at once
     (`LedgerLocked`, naming the pid that holds it), never left unready for ever.
     """
-    from joulepool.deployment.config import CONFIG, TOKENS, WITNESSES, config_digest, read_config
+    from joulepool.deployment.config import (
+        CONFIG,
+        LEDGER,
+        TOKENS,
+        WITNESSES,
+        config_digest,
+        read_config,
+    )
     from joulepool.deployment.open import open_pool, steward_keys
     from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS, Pool
     from joulepool.service.app import Service
@@ -63,7 +70,6 @@ def build_service(
     digest = config_digest(config)
     held: Any = None
     if not postgres:
-        from joulepool.deployment.config import LEDGER
         from joulepool.stores.file import LedgerLock
 
         held = LedgerLock(folder / LEDGER)

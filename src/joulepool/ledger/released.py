@@ -129,6 +129,11 @@ class ReleasedClaims:
         self.base = 0
         self._usable = True
 
+    def recorded(self) -> Binding | None:
+        """The steward, length and head the stored rows say they cover, as recorded and not
+        yet checked against any ledger (DESIGN.md §4); None where nothing is recorded."""
+        return self._binding()
+
     def _binding(self) -> Binding | None:
         """The steward, length and head the stored rows cover, as recorded."""
         raise NotImplementedError
