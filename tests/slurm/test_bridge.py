@@ -190,21 +190,23 @@ def test_pool_down_holds_the_job_until_pool_answers(bridge: Bridge) -> None:
 
 
 def test_estimate_earned_from_the_ledgers_history(bridge: Bridge) -> None:
-    # Three measured runs of class "etl" in vision are the evidence (§2.6, default 3).
-    ids = [
-        bridge.submit(
+    # Three measured runs of class "etl" in vision are the evidence (§2.6, default 3). Slurm's
+    # RAPL plugin now and then records 0 J for a short job (sacct's "0" is no figure, so that
+    # run is released Estimator and is not evidence): run until three were measured, bounded.
+    measured = 0
+    for _ in range(6):
+        job_id = bridge.submit(
             "-A",
             "phys",
             "--comment=pool:estimate_uj=1000000000,grade=ModelBased,class=etl",
             "--wrap",
-            "sleep 1",
+            "sleep 2",
         )
-        for _ in range(3)
-    ]
-    for job_id in ids:
-        bridge.wait_released(
-            note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")).claim
-        )
+        done = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
+        measured += bridge.wait_released(done.claim)["actual"]["grade"] != "Estimator"
+        if measured == 3:
+            break
+    assert measured == 3
     job_id = bridge.submit("-A", "phys", "--comment=pool:class=etl", "--wrap", "true")
     note = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED"))
     assert note.grade == "ModelBased" and note.klass == "etl"
