@@ -57,12 +57,21 @@ def create_app(
     """The application over `service` (API.md), behind its trust boundary (`Boundary`), with
     one access-log line per request on `access_log`'s stream in its format, if given."""
 
+    timeline = Timeline()
+
+    def start() -> None:
+        service.start()
+        if service.pool is not None:
+            # The dashboard's history is read now, beside the service, never by the first
+            # request that asks for it (docs/reliability.md §16).
+            timeline.build_in_background(service.pool)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if replay_in_background:
-            threading.Thread(target=service.start, name="replay", daemon=True).start()
+            threading.Thread(target=start, name="replay", daemon=True).start()
         else:
-            service.start()
+            start()
         yield
         service.stop()
 
@@ -83,7 +92,7 @@ def create_app(
         app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])
     app.state.service = service
     app.state.metrics = Metrics(lambda: service.pool, lambda: service.witnesses)
-    app.state.timeline = Timeline()
+    app.state.timeline = timeline
     app.state.reference = None
     answer_errors(app)
     for resource in ROUTERS:

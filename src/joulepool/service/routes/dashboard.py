@@ -10,12 +10,15 @@ from joulepool.ledger.entry import brief as brief_id
 from joulepool.service import models as m
 from joulepool.service.deps import ERRORS, ApiError, principal, served
 from joulepool.service.served import Service
-from joulepool.service.timeline import Timeline
+from joulepool.service.timeline import Timeline, TimelineBuilding
 from joulepool.service.tokens import Principal
 from joulepool.service.ui import UI_ASSETS, ui_file
 from joulepool.service.verdicts import RECENT
 
 router = APIRouter()
+
+RETRY_AFTER_S = 2
+"""What a 503 `dashboard_building` asks a client to wait: the page's own poll interval."""
 
 
 @router.get(
@@ -31,14 +34,24 @@ def dashboard_data(
     who: Principal = Depends(principal),
     service: Service = Depends(served),
 ) -> Response:
-    """What `/ui` shows, as far as the token's scope reaches (DESIGN.md §3, §2.6, §6.8)."""
+    """What `/ui` shows, as far as the token's scope reaches (DESIGN.md §3, §2.6, §6.8);
+    503 `dashboard_building` with Retry-After while the timeline's history is read, off
+    the request path (docs/reliability.md §16)."""
     from joulepool.service.dashboard import dashboard
 
     pool = service.fresh_pool()
     index = None if period is None else pool.schedule.parse_label(period, "period")
     timeline: Timeline = request.app.state.timeline
     verdicts_seen = request.app.state.metrics.verdicts
-    out = dashboard(pool, who, timeline, verdicts_seen, service.witnesses, index, verdicts)
+    try:
+        out = dashboard(pool, who, timeline, verdicts_seen, service.witnesses, index, verdicts)
+    except TimelineBuilding as building:
+        timeline.build_in_background(pool)
+        return JSONResponse(
+            {"error": "dashboard_building", "detail": str(building)},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
     return JSONResponse(out)
 
 
