@@ -27,17 +27,21 @@ from joulepool.ledger.keys import load_key_file
 from joulepool.ledger.rollback import HighWater
 from joulepool.service.timeline import Timeline
 from joulepool.stores.highwater import HighWaterFile, record_path
+from tests.support.faults import TEAMS, Figures
 from tests.support.servers import Deployment, pool_cli, start_serve
 
-ENTRIES = 100_000
+ENTRIES = 200_000
 """Long enough that reading the history takes seconds on the development machine."""
 
 DASHBOARD_CLIENTS = 60
-PROBE_BOUND_S = 0.5
+BOUND_S = {"/healthz": 0.5, "/readyz": 1.0}
+"""The slowest answer each probe may give. /healthz needs only the event loop; /readyz a
+request thread, which it gets at once but then shares the interpreter with the build and
+the dashboards, and the machine with other suites (0.23 to 0.53 s seen at load 1 to 5).
+Reading the history in a request held both for the whole read: 1.1 s here when idle."""
+
 RELEASE_BOUND_S = 1.0
 """A release also waits for its fsync, on a disk other sessions share."""
-
-TEAMS = ("vision", "language", "robotics")
 
 # Tenants asking for the dashboard at once, each until it answers 200, waiting as long as
 # Retry-After says between tries; in a process of its own, so the test's timings are not
@@ -150,11 +154,25 @@ def test_the_first_dashboards_after_a_start_never_hold_up_probes_or_releases(
         out, err = flood.communicate(timeout=10)
         assert flood.returncode == 0, err
         statuses = json.loads(out.strip().splitlines()[-1])
-        print(f"\ndashboard answers {statuses}, probes {len(probes)}, releases {len(releases)}")
-        print(f"slowest probe {max(p[1] for p in probes):.3f} s, release {max(releases):.3f} s")
+        figures = Figures("dashboard_off_the_request_path", rounds=1)
+        figures.releases_told = len(releases)
+        figures.extra = {
+            "entries": ENTRIES,
+            "dashboard_clients": DASHBOARD_CLIENTS,
+            "dashboard_answers": statuses,
+            "probes": len(probes),
+            **{
+                f"{path[1:]}_max_s": round(
+                    max((t for p, t, _ in probes if p == path), default=0), 4
+                )
+                for path in BOUND_S
+            },
+            "release_max_s": round(max(releases, default=0), 4),
+        }
+        figures.record()
         assert statuses.get("200") == DASHBOARD_CLIENTS, statuses
         assert probes and all(status == 200 for _, _, status in probes), probes
-        slow = [(path, round(took, 3)) for path, took, _ in probes if took >= PROBE_BOUND_S]
+        slow = [(path, round(took, 3)) for path, took, _ in probes if took >= BOUND_S[path]]
         assert not slow, f"probes waited on the dashboard: {slow}"
         assert len(releases) >= 5 and max(releases) < RELEASE_BOUND_S, releases
 

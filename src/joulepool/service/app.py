@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -43,6 +44,10 @@ from joulepool.service.timeline import Timeline
 
 __all__ = ["Service", "create_app"]
 
+DASHBOARD_WORKERS = 2
+"""Threads answering `GET /v1/dashboard`, apart from the request threads: how many
+dashboards are computed at once, however many tenants ask (docs/reliability.md §16)."""
+
 ROUTERS = (claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
 """Every resource's router, in the order their routes are matched and documented."""
 
@@ -58,6 +63,7 @@ def create_app(
     one access-log line per request on `access_log`'s stream in its format, if given."""
 
     timeline = Timeline()
+    dashboard_workers = ThreadPoolExecutor(DASHBOARD_WORKERS, thread_name_prefix="dashboard")
 
     def start() -> None:
         service.start()
@@ -73,6 +79,7 @@ def create_app(
         else:
             start()
         yield
+        dashboard_workers.shutdown(wait=False, cancel_futures=True)
         service.stop()
 
     app = FastAPI(
@@ -93,6 +100,7 @@ def create_app(
     app.state.service = service
     app.state.metrics = Metrics(lambda: service.pool, lambda: service.witnesses)
     app.state.timeline = timeline
+    app.state.dashboard_workers = dashboard_workers
     app.state.reference = None
     answer_errors(app)
     for resource in ROUTERS:

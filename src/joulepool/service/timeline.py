@@ -40,7 +40,7 @@ MAX_POINTS = 1000
 REQUEST_FOLD_MAX = 4096
 """The most entries a request folds itself (about 60 ms of decoding); more is the build's."""
 
-CHUNK = 1024
+CHUNK = 512
 """Entries the build folds under the timeline's lock before it lets a request in."""
 
 PAUSE_S = 0.002

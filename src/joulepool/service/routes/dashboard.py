@@ -3,6 +3,9 @@ its static page, served from the package."""
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import Executor
+
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
@@ -27,7 +30,7 @@ RETRY_AFTER_S = 2
     responses={**ERRORS, 422: {"model": m.ErrorOut}},
     tags=["dashboard"],
 )
-def dashboard_data(
+async def dashboard_data(
     request: Request,
     period: str | None = Query(None, description="a budget period, as `pool usage --period`"),
     verdicts: int = Query(50, ge=1, le=RECENT, description="recent verdicts to list"),
@@ -39,20 +42,29 @@ def dashboard_data(
     the request path (docs/reliability.md §16)."""
     from joulepool.service.dashboard import dashboard
 
-    pool = service.fresh_pool()
-    index = None if period is None else pool.schedule.parse_label(period, "period")
-    timeline: Timeline = request.app.state.timeline
-    verdicts_seen = request.app.state.metrics.verdicts
-    try:
-        out = dashboard(pool, who, timeline, verdicts_seen, service.witnesses, index, verdicts)
-    except TimelineBuilding as building:
-        timeline.build_in_background(pool)
-        return JSONResponse(
-            {"error": "dashboard_building", "detail": str(building)},
-            status_code=503,
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        )
-    return JSONResponse(out)
+    state = request.app.state
+    timeline: Timeline = state.timeline
+
+    def answer() -> Response:
+        pool = service.fresh_pool()
+        index = None if period is None else pool.schedule.parse_label(period, "period")
+        try:
+            out = dashboard(
+                pool, who, timeline, state.metrics.verdicts, service.witnesses, index, verdicts
+            )
+        except TimelineBuilding as building:
+            timeline.build_in_background(pool)
+            return JSONResponse(
+                {"error": "dashboard_building", "detail": str(building)},
+                status_code=503,
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        return JSONResponse(out)
+
+    # On threads of the dashboard's own: many tenants asking at once wait for those, never
+    # for the worker threads that probes, claims and releases are answered on.
+    workers: Executor = state.dashboard_workers
+    return await asyncio.get_running_loop().run_in_executor(workers, answer)
 
 
 @router.get("/ui", response_class=HTMLResponse, tags=["dashboard"])
