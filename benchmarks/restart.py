@@ -15,6 +15,12 @@ For ledgers of 200,000 and 2,000,000 entries (BENCH_RESTART_SIZES overrides, e.g
   snapshot, once ready;
 - verify_rss_mb_*: peak resident memory of `pool ledger verify` over the deployment (a full
   verification from entry 0, duplicates checked through an on-disk index);
+- dashboard_built_s_*: from /readyz answering 200 after a start from the snapshot until
+  `GET /v1/dashboard` answers 200: the timeline is read from the whole history by a thread
+  of its own (docs/reliability.md §16), the dashboard answering 503 `dashboard_building`
+  meanwhile; beside it healthz_max_s_*, readyz_max_s_* and dashboard_503_max_s_*, the
+  slowest of each answer while it was being built (asked in turn, back to back), and
+  dashboard_tries_*. BENCH_RESTART_DASHBOARD=0 leaves these out;
 - import_s: what every `pool` command imports before it runs (`import joulepool.cli` and
   building its parser), the best wall time of several fresh interpreters; beside it
   import_cli_module_s (`import joulepool.cli` alone) and python_start_s (`python -c pass`),
@@ -40,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.servers import start_serve, wait_ready
 
-from joulepool.deployment.config import write_config
+from joulepool.deployment.config import read_config, write_config
 from joulepool.deployment.open import open_pool
 from joulepool.ledger.cose import content_address
 from joulepool.ledger.keys import write_key_file
@@ -58,6 +64,7 @@ TAIL = int(os.environ.get("BENCH_RESTART_TAIL", "10000"))
 FULL = os.environ.get("BENCH_RESTART_FULL", "1") != "0"
 """BENCH_RESTART_FULL=0 skips the full replay and the full verification (the slow parts)."""
 STARTS = int(os.environ.get("BENCH_RESTART_STARTS", "3"))
+DASHBOARD = os.environ.get("BENCH_RESTART_DASHBOARD", "1") != "0"
 NAMES = {200_000: "200k", 2_000_000: "2m"}
 
 
@@ -175,6 +182,50 @@ def serve_ready(folder: Path) -> tuple[float, float, float]:
     return ready, rss, cpu
 
 
+def dashboard_after_start(folder: Path) -> dict[str, float]:
+    """Start from the snapshot, then ask /healthz, /readyz and /v1/dashboard in turn until
+    the dashboard answers 200: how long after ready that took and the slowest of each
+    answer meanwhile (docs/reliability.md §16)."""
+    import httpx
+
+    token = add_token(
+        folder / "tokens.toml",
+        f"dash-{time.monotonic_ns()}",
+        "operator",
+        read_config(folder / "pool.toml").tree,
+    )
+    serve = start_serve(folder, wait=False)
+    try:
+        wait_ready(serve, timeout_s=3600)
+        ready = time.perf_counter()
+        slowest = {"healthz": 0.0, "readyz": 0.0, "dashboard_503": 0.0}
+        tries = 0
+        auth = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=serve.url, timeout=600) as client:
+            while True:
+                for probe in ("healthz", "readyz"):
+                    asked = time.perf_counter()
+                    assert client.get(f"/{probe}").status_code == 200
+                    slowest[probe] = max(slowest[probe], time.perf_counter() - asked)
+                asked = time.perf_counter()
+                answer = client.get("/v1/dashboard", headers=auth)
+                took = time.perf_counter() - asked
+                tries += 1
+                if answer.status_code == 200:
+                    built = time.perf_counter() - ready
+                    break
+                assert answer.json()["error"] == "dashboard_building", answer.text
+                slowest["dashboard_503"] = max(slowest["dashboard_503"], took)
+                time.sleep(0.05)
+    finally:
+        serve.kill()
+    return {
+        "built_s": round(built, 3),
+        **{f"{k}_max_s": round(v, 4) for k, v in slowest.items()},
+        "tries": tries,
+    }
+
+
 def verify_rss(folder: Path) -> float:
     proc = subprocess.Popen(
         [sys.executable, "-m", "joulepool", "ledger", "verify", str(folder), "--workers", "1"],
@@ -217,6 +268,10 @@ def main() -> None:
             out[f"ready_from_snapshot_starts_s_{name(n)}"] = [round(w, 3) for w in walls]
             out[f"ready_from_snapshot_cpu_s_{name(n)}"] = round(cpu, 2)
             out[f"serve_rss_mb_{name(n)}"] = round(rss, 1)
+            if DASHBOARD:
+                for key, value in dashboard_after_start(folder).items():
+                    figure = f"dashboard_{key}" if key in ("built_s", "tries") else key
+                    out[f"{figure}_{name(n)}"] = value
             if not FULL:
                 print(json.dumps(out), file=sys.stderr, flush=True)
                 shutil.rmtree(folder)

@@ -14,7 +14,7 @@ from joulepool.claim import Claim
 from joulepool.grade import Energy, Grade
 from joulepool.periods import Schedule
 from joulepool.pool import Pool
-from joulepool.service.timeline import MAX_POINTS, Timeline
+from joulepool.service.timeline import CHUNK, MAX_POINTS, Timeline, TimelineBuilding
 from joulepool.stores.memory import MemoryStore
 from tests.support.builders import team_tree
 from tests.support.ledgers import STEWARD
@@ -160,3 +160,31 @@ def test_the_timeline_ends_at_committed_stays_bounded_and_charges_the_admit_peri
     assert timeline.series(11, ["a"]) == {}
     assert timeline.periods(["a"]) == [10] and timeline.periods(["b"]) == []
     assert timeline.classes() == {"k": {"a"}}
+
+
+def test_a_request_folds_only_a_short_tail_and_the_build_gives_the_whole_fold() -> None:
+    """docs/reliability.md §16: past `most` entries a request folds nothing and is told the
+    timeline is building; the build, in chunks, ends where one fold of everything does."""
+    now = {"ms": 10 * DAY_MS}
+    pool = Pool(
+        team_tree(g=10**15), STEWARD, MemoryStore(), clock=lambda: now["ms"], period=Schedule("day")
+    )
+    for i in range(CHUNK + 7):
+        now["ms"] += 10
+        pool.submit(Claim(f"c{i}", "ab"[i % 2], 1, 1, Energy(1000 + i, Grade.HwShunt), "k"))
+        pool.release(f"c{i}", Energy(400 + i * (i % 3), Grade.HwShunt))
+    built = Timeline()
+    with pytest.raises(TimelineBuilding) as told:
+        built.catch_up(pool, most=CHUNK)
+    assert (told.value.folded, told.value.length) == (0, pool.length)
+    assert built.behind(pool) == pool.length and built.series(10, ["a", "b"]) == {}
+    built.build_in_background(pool).join(timeout=30)
+    assert built.behind(pool) == 0
+    whole = Timeline()
+    assert whole.catch_up(pool) == pool.length
+    assert built.series(10, ["a", "b"]) == whole.series(10, ["a", "b"]) != {}
+    assert built.classes() == whole.classes() and built.periods(["a"]) == whole.periods(["a"])
+    # Then a request folds what is new, within its share.
+    pool.submit(Claim("late", "a", 1, 1, Energy(7000, Grade.HwShunt)))
+    assert built.catch_up(pool, most=CHUNK) == pool.length
+    assert built.series(10, ["a"])["a"][-1][1] == pool.usage_of("a", 10).spent_uj

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, TextIO
 
@@ -43,6 +44,10 @@ from joulepool.service.timeline import Timeline
 
 __all__ = ["Service", "create_app"]
 
+DASHBOARD_WORKERS = 2
+"""Threads answering `GET /v1/dashboard`, apart from the request threads: how many
+dashboards are computed at once, however many tenants ask (docs/reliability.md §16)."""
+
 ROUTERS = (claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
 """Every resource's router, in the order their routes are matched and documented."""
 
@@ -57,13 +62,24 @@ def create_app(
     """The application over `service` (API.md), behind its trust boundary (`Boundary`), with
     one access-log line per request on `access_log`'s stream in its format, if given."""
 
+    timeline = Timeline()
+    dashboard_workers = ThreadPoolExecutor(DASHBOARD_WORKERS, thread_name_prefix="dashboard")
+
+    def start() -> None:
+        service.start()
+        if service.pool is not None:
+            # The dashboard's history is read now, beside the service, never by the first
+            # request that asks for it (docs/reliability.md §16).
+            timeline.build_in_background(service.pool)
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         if replay_in_background:
-            threading.Thread(target=service.start, name="replay", daemon=True).start()
+            threading.Thread(target=start, name="replay", daemon=True).start()
         else:
-            service.start()
+            start()
         yield
+        dashboard_workers.shutdown(wait=False, cancel_futures=True)
         service.stop()
 
     app = FastAPI(
@@ -83,7 +99,8 @@ def create_app(
         app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])
     app.state.service = service
     app.state.metrics = Metrics(lambda: service.pool, lambda: service.witnesses)
-    app.state.timeline = Timeline()
+    app.state.timeline = timeline
+    app.state.dashboard_workers = dashboard_workers
     app.state.reference = None
     answer_errors(app)
     for resource in ROUTERS:

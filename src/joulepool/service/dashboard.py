@@ -15,7 +15,7 @@ from typing import Any
 
 from joulepool.pool import Pool
 from joulepool.service.ledger_report import ledger_report
-from joulepool.service.timeline import Timeline
+from joulepool.service.timeline import REQUEST_FOLD_MAX, Timeline
 from joulepool.service.tokens import Principal
 from joulepool.service.verdicts import VerdictBook
 from joulepool.views.usage import entitlement_reports
@@ -36,16 +36,18 @@ def dashboard(
     """API.md `GET /v1/dashboard`: the usage of period `index` (the current one if None) of
     every entitlement `who` may see, whom each borrower's surplus comes from, each one's
     committed energy over time, the recent verdicts, what each class earned and, for an
-    operator, the ledger's length, head and attestation (§6.8, DESIGN.md §3, §2.6)."""
+    operator, the ledger's length, head and attestation (§6.8, DESIGN.md §3, §2.6).
+    Raises `TimelineBuilding` while the timeline's history is still being read."""
     visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
     schedule = pool.schedule
     current = pool.period().index
     chosen = current if index is None else index
     # The usage rows and the timeline are read at one ledger length, so the line chart's
-    # last point is the committed figure beside it.
+    # last point is the committed figure beside it. A request folds only what is new: the
+    # history is the build's (`TimelineBuilding` until it is done, docs/reliability.md §16).
     for _ in range(CONSISTENT_TRIES):
         before = pool.length
-        folded = timeline.catch_up(pool)
+        folded = timeline.catch_up(pool, REQUEST_FOLD_MAX)
         rows = entitlement_reports(pool, visible, chosen)
         if folded == before == pool.length:
             break

@@ -138,6 +138,12 @@ class Store(Protocol):
         """The longest (length, head) this ledger acknowledged, or None without a record."""
         ...
 
+    def length_and_high_water(self) -> tuple[int, HighWater | None]:
+        """`len()` and `high_water()` as of one instant, for the start-up check (§6.1): an
+        append landing between two separate reads would make a whole ledger look shorter
+        than what it acknowledged (docs/reliability.md §16)."""
+        ...
+
     def acknowledge(self, point: HighWater) -> None:
         """Set the high-water record to `point`, even below what it was (an accepted loss)."""
         ...
@@ -163,8 +169,7 @@ def refuse_rollback(store: Store, marks: Iterable[Mark] = ()) -> None:
     A ledger with entries and no record at all is refused too: nothing would then say
     what it acknowledged, and a copy cut short would start as if whole.
     """
-    length = len(store)
-    high = store.high_water()
+    length, high = store.length_and_high_water()
     if high is None:
         if length:
             raise HighWaterMissing(

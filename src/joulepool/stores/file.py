@@ -456,6 +456,13 @@ class FileStore:
         """The longest (length, head) this ledger acknowledged, or None if it has no record."""
         return self._high.point if self._high is not None else None
 
+    def length_and_high_water(self) -> tuple[int, HighWater | None]:
+        """The record, then the length (standard §6.1, docs/reliability.md §16): the file has
+        one writer, which extends the ledger before it raises the record, so a length read
+        after the record is never below a record a whole ledger holds."""
+        high = self.high_water()
+        return len(self), high
+
     def acknowledge(self, point: HighWater) -> None:
         """Write the high-water record as `point`, creating it or lowering it (an operator
         accepting a loss); appends raise it from then on."""

@@ -50,6 +50,10 @@ class MemoryStore:
         """What this store acknowledged: every entry it holds."""
         return self._high
 
+    def length_and_high_water(self) -> tuple[int, HighWater]:
+        """Its length and what it acknowledged (standard §6.1): one thread, one instant."""
+        return len(self._entries), self._high
+
     def acknowledge(self, point: HighWater) -> None:
         """Set what counts as acknowledged."""
         self._high = point

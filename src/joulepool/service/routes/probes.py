@@ -26,8 +26,9 @@ def docs(request: Request) -> Response:
 
 
 @router.get("/healthz", tags=["probes"])
-def healthz() -> dict[str, str]:
-    """Liveness: the process answers."""
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers (API.md). On the event loop, so it never queues for
+    a worker thread behind slow requests (docs/reliability.md §16)."""
     return {"status": "ok"}
 
 

@@ -206,6 +206,13 @@ SET_HIGH_WATER: LiteralString = (
     " ON CONFLICT (ledger) DO UPDATE SET length = EXCLUDED.length, head = EXCLUDED.head"
 )
 HIGH_WATER: LiteralString = "SELECT length, head FROM pool_ledger_high_water WHERE ledger = %s"
+# The length and the record in one statement, so in one snapshot: read apart, another
+# replica's append between them made a whole ledger look shorter than what it acknowledged.
+LENGTH_AND_HIGH_WATER: LiteralString = (
+    "SELECT (SELECT coalesce(max(seq) + 1, 0) FROM pool_ledger_entries WHERE ledger = %s),"
+    " h.length, h.head"
+    " FROM (SELECT 1) AS one LEFT JOIN pool_ledger_high_water AS h ON h.ledger = %s"
+)
 SESSION: LiteralString = (
     "SELECT set_config('synchronous_commit', 'on', false),"
     " set_config('lock_timeout', %s, false),"

@@ -41,6 +41,7 @@ from joulepool.stores.postgres.sql import (
     HIGH_WATER_SCHEMA,
     LENGTH,
     LENGTH_AND_CONFIG,
+    LENGTH_AND_HIGH_WATER,
     LOCK,
     LOCK_NOT_AVAILABLE,
     MAX_BATCH_ROWS,
@@ -426,6 +427,21 @@ class PostgresStore:
             return None
         rows = self._read_rows("reading the high-water record", HIGH_WATER, (self.ledger,))
         return HighWater(int(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    def length_and_high_water(self) -> tuple[int, HighWater | None]:
+        """The committed length and the high-water record in one statement, so one
+        snapshot (standard §6.1, docs/reliability.md §16): an append another replica commits
+        while a start checks the ledger is in both or in neither."""
+        has = self._read_rows("checking the schema", HAS_TABLES, (), binary=False)
+        if not has[0][0]:
+            return len(self), None
+        rows = self._read_rows(
+            "reading the ledger's length and high-water record",
+            LENGTH_AND_HIGH_WATER,
+            (self.ledger, self.ledger),
+        )
+        length, high, head = rows[0]
+        return int(length), (None if high is None else HighWater(int(high), bytes(head)))
 
     def acknowledge(self, point: HighWater) -> None:
         """Set the high-water record to `point`, under the ledger's lock (an operator
