@@ -44,6 +44,7 @@ _OPTIONAL = (
     "joulepool.cli.demo_cmd",
     "joulepool.cli.serve_cmd",
     "joulepool.cli.meter_cmd",
+    "joulepool.cli.proof_cmd",
     "joulepool.bridges.slurm.cli",
 )
 

@@ -1,0 +1,105 @@
+"""Bounded HTTP for the transparency clients: GET and POST with the standard library, no
+proxy from the environment, a time limit, and a byte limit on every answer read.
+
+A log, tile server or witness is a stranger: an answer longer than the caller's bound is
+refused after reading one byte more than the bound, never buffered whole.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Final
+
+from joulepool.transparency.errors import Unreachable
+
+DEFAULT_TIMEOUT_S: Final = 10.0
+USER_AGENT: Final = "joulepool-transparency"
+
+# A proxy in the environment would be a third party between the tenant and the log; the
+# URL given is the one meant.
+_OPENER: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer: status, media type (no parameters, lowercase) and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+def check_url(url: str, field: str = "url") -> str:
+    """An http(s) URL with a host and no fragment, or `Unreachable` naming `field`."""
+    if not isinstance(url, str) or len(url) > 2048 or not url.isprintable():
+        raise Unreachable(f"{field}: must be a printable URL of at most 2048 characters")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment:
+        raise Unreachable(f"{field}: {url!r} is not an http(s) URL with a host")
+    return url
+
+
+def join(base: str, path: str) -> str:
+    """`path` under `base`, whether or not `base` ends in a slash."""
+    return base.rstrip("/") + "/" + path.lstrip("/")
+
+
+def _read(response: object, limit: int, url: str) -> bytes:
+    data = response.read(limit + 1)  # type: ignore[attr-defined]
+    if not isinstance(data, bytes):
+        raise Unreachable(f"{url}: answered no bytes")
+    if len(data) > limit:
+        raise Unreachable(f"{url}: the answer is longer than {limit} bytes")
+    return data
+
+
+def request(
+    url: str,
+    limit: int,
+    *,
+    body: bytes | None = None,
+    token: str | None = None,
+    content_type: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Answer:
+    """GET `url` (or POST `body` to it) and read at most `limit` bytes of the answer,
+    whatever its status; `Unreachable` if no HTTP answer came (RFC 9110)."""
+    check_url(url)
+    headers = {"User-Agent": USER_AGENT}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    # check_url allowed http and https only.
+    req = urllib.request.Request(  # noqa: S310
+        url, data=body, headers=headers, method="GET" if body is None else "POST"
+    )
+    try:
+        with _OPENER.open(req, timeout=timeout_s) as response:
+            return Answer(response.status, _media_type(response), _read(response, limit, url))
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return Answer(exc.code, _media_type(exc), _read(exc, limit, url))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise Unreachable(f"{url}: {type(exc).__name__}: {reason}") from None
+
+
+def _media_type(response: object) -> str:
+    headers = getattr(response, "headers", None)
+    raw = headers.get("Content-Type", "") if headers is not None else ""
+    return str(raw).split(";", 1)[0].strip().lower()
+
+
+def get_ok(
+    url: str, limit: int, *, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> bytes:
+    """The body of a 200 answer to GET `url`, or `Unreachable` naming the status."""
+    answer = request(url, limit, token=token, timeout_s=timeout_s)
+    if answer.status != 200:
+        hint = answer.body[:200].decode("utf-8", "replace").strip()
+        raise Unreachable(f"{url}: answered HTTP {answer.status}" + (f": {hint}" if hint else ""))
+    return answer.body
