@@ -1,0 +1,162 @@
+"""`pool proof follow`: the tenant keeps the last verified checkpoint, accepts a larger one
+only with a consistency proof that verifies (from the server's endpoint or from its tiles),
+and raises the alarm on a rollback or a fork without ever overwriting what it kept
+(DESIGN.md §8; docs/transparency-clients.md). The log is served over real HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from joulepool.cli import main
+from joulepool.ledger.checkpoint import log_verifier_key
+from joulepool.transparency.errors import CheckpointUnverified, ForkAlarm, Unreachable
+from joulepool.transparency.follow import follow_round
+from joulepool.transparency.logkeys import parse_vkeys
+from tests.support.ledgers import OTHER
+from tests.transparency.logs import VKEY, Log, entries, note_of, serving
+
+KEYS = parse_vkeys(VKEY)
+LEAVES = entries(700)
+
+
+def _follow(url: str, state: Path, *extra: str) -> int:
+    return main(["proof", "follow", url, "--vkey", VKEY, "--state", str(state), "--once", *extra])
+
+
+@pytest.mark.parametrize("tiles", [False, True], ids=["proof endpoint", "tiles"])
+def test_a_growing_log_is_followed_round_by_round(tiles: bool, tmp_path: Path) -> None:
+    state = tmp_path / "kept"
+    log = Log(LEAVES[:5])
+    with serving(log) as url:
+        first = follow_round(url, KEYS, state, tiles=tiles)
+        assert (first.outcome, first.kept.checkpoint.size) == ("first", 5)
+        assert follow_round(url, KEYS, state, tiles=tiles).outcome == "unchanged"
+        # Across a tile boundary and up to a level-1 tile.
+        for size in (256, 257, 700):
+            log.leaves = LEAVES[:size]
+            grew = follow_round(url, KEYS, state, tiles=tiles)
+            assert (grew.outcome, grew.kept.checkpoint.size) == ("grew", size)
+    assert state.read_bytes() == note_of(LEAVES)
+
+
+def test_pool_proof_follow_once_reports_the_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "kept"
+    log = Log(LEAVES[:3])
+    with serving(log) as url:
+        assert _follow(url, state, "--json") == 0
+        assert json.loads(capsys.readouterr().out)["outcome"] == "first"
+        log.leaves = LEAVES[:9]
+        assert _follow(url, state, "--json") == 0
+        out = json.loads(capsys.readouterr().out)
+    assert (out["outcome"], out["size"], out["previous_size"]) == ("grew", 9, 3)
+
+
+def _alarm(url: str, state: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    kept = state.read_bytes()
+    assert _follow(url, state, *extra) == 5
+    assert state.read_bytes() == kept, "an alarm must never overwrite the kept checkpoint"
+    return capsys.readouterr().err
+
+
+def test_a_rollback_is_an_alarm_naming_both_checkpoints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "kept"
+    log = Log(LEAVES[:20])
+    with serving(log) as url:
+        assert _follow(url, state) == 0
+        log.leaves = LEAVES[:12]
+        err = _alarm(url, state, capsys)
+    assert "ALARM: rollback" in err
+    assert "size 20" in err and "size 12" in err
+
+
+def test_another_root_at_the_kept_size_is_a_fork_alarm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "kept"
+    log = Log(LEAVES[:20])
+    with serving(log) as url:
+        assert _follow(url, state) == 0
+        log.leaves = LEAVES[:10] + entries(20, salt=1)[10:]
+        err = _alarm(url, state, capsys)
+    assert "fork: two signed checkpoints at size 20" in err
+
+
+@pytest.mark.parametrize("tiles", [[], ["--tiles"]], ids=["proof endpoint", "tiles"])
+def test_a_rewritten_history_that_grew_is_a_fork_alarm(
+    tiles: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "kept"
+    log = Log(LEAVES[:300])
+    with serving(log) as url:
+        assert _follow(url, state) == 0
+        # Rolled back to 250 and rewritten from there, then grown past the kept size.
+        log.leaves = LEAVES[:250] + entries(400, salt=1)[250:]
+        err = _alarm(url, state, capsys, *tiles)
+    assert "does not extend the kept one at size 300" in err
+
+
+def test_a_consistency_proof_that_does_not_verify_is_a_fork_alarm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "kept"
+    log = Log(LEAVES[:30])
+    with serving(log) as url:
+        assert _follow(url, state) == 0
+        log.leaves = LEAVES[:60]
+        log.proof_override = [bytes(32)] * 3
+        _alarm(url, state, capsys)
+
+
+def test_a_checkpoint_not_signed_by_the_vkey_is_refused_and_nothing_kept(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "kept"
+    log = Log(LEAVES[:5], note=note_of(LEAVES[:5], OTHER))
+    with serving(log) as url, pytest.raises(CheckpointUnverified):
+        follow_round(url, KEYS, state)
+    assert not state.exists()
+
+
+def test_a_kept_checkpoint_altered_on_disk_is_refused(tmp_path: Path) -> None:
+    state = tmp_path / "kept"
+    state.write_bytes(note_of(LEAVES[:5], OTHER))
+    log = Log(LEAVES[:9])
+    with serving(log) as url, pytest.raises(CheckpointUnverified, match="state file"):
+        follow_round(url, KEYS, state)
+
+
+def test_a_log_under_another_origin_is_a_fork_alarm(tmp_path: Path) -> None:
+    state = tmp_path / "kept"
+    both = (*KEYS, log_verifier_key(OTHER, "pool.example/other"))
+    log = Log(LEAVES[:5])
+    with serving(log) as url:
+        follow_round(url, both, state)
+        log.note = note_of(LEAVES[:9], OTHER, "pool.example/other")
+        with pytest.raises(ForkAlarm, match="origin"):
+            follow_round(url, both, state)
+
+
+def test_an_unreachable_log_is_one_line_and_keeps_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with serving(Log(LEAVES[:1])) as url:
+        pass
+    state = tmp_path / "kept"
+    assert _follow(url, state) == 1
+    assert capsys.readouterr().err.startswith("pool: unreachable: ")
+    assert not state.exists()
+    with pytest.raises(Unreachable):
+        follow_round(url, KEYS, state)
+
+
+def test_a_checkpoint_answer_over_the_note_bound_is_refused(tmp_path: Path) -> None:
+    log = Log(LEAVES[:1], note=b"x" * (256 * 1024 + 1))
+    with serving(log) as url, pytest.raises(Unreachable, match="longer than"):
+        follow_round(url, KEYS, tmp_path / "kept")
