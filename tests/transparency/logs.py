@@ -133,7 +133,7 @@ def serving(log: Log) -> Iterator[str]:
     """A real HTTP server for `log` on 127.0.0.1; yields its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _LogHandler)
     server.log = log  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}/"
@@ -152,7 +152,7 @@ class _Quiet(SimpleHTTPRequestHandler):
 def static_files(folder: Path) -> Iterator[str]:
     """Python's own static file server over `folder` on 127.0.0.1; yields its base URL."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}/"
