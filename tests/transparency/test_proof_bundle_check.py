@@ -21,7 +21,7 @@ from joulepool.transparency.errors import (
 )
 from joulepool.transparency.logkeys import load_vkeys, parse_vkeys
 from joulepool.transparency.proof_bundle import check_bundle
-from tests.support.ledgers import OTHER, WITNESS
+from tests.support.ledgers import OTHER, WITNESS, admitted, released, seal_all
 from tests.transparency.logs import ORIGIN, VKEY, bundle_of, entries, note_of
 
 LEAVES = entries(300)
@@ -140,6 +140,29 @@ def test_a_proven_leaf_that_is_no_ledger_entry_is_claim_not_in_entry() -> None:
     bundle = bundle_of(leaves, "c0", {"Admitted": 0})
     with pytest.raises(ClaimNotInEntry, match="not a pool/1 ledger entry"):
         check_bundle(bundle, parse_vkeys(VKEY))
+
+
+def test_a_tenants_plain_claim_id_is_proven_by_its_namespaced_entries() -> None:
+    # The service records a tenant's `c7` as `vision/c7` and shows it back as `c7`.
+    leaves = seal_all(
+        [
+            admitted("vision/c7"),
+            admitted("robotics/c7"),
+            released("vision/c7"),
+            released("robotics/c7"),
+        ]
+    )
+    proven = check_bundle(
+        bundle_of(leaves, "c7", {"Admitted": 0, "Released": 2}), parse_vkeys(VKEY)
+    )
+    assert (proven.claim, proven.ledger_claim) == ("c7", "vision/c7")
+    assert check_bundle(bundle_of(leaves, "vision/c7", {"Admitted": 0}), parse_vkeys(VKEY))
+    # One claim a bundle: another tenant's c7 does not complete it.
+    with pytest.raises(ClaimNotInEntry, match="entries before it record 'vision/c7'"):
+        check_bundle(bundle_of(leaves, "c7", {"Admitted": 0, "Released": 3}), parse_vkeys(VKEY))
+    for other in ("7", "vision", "robotics/c7", "/c7"):
+        with pytest.raises(ClaimNotInEntry):
+            check_bundle(bundle_of(leaves, other, {"Admitted": 0}), parse_vkeys(VKEY))
 
 
 def _set(path: tuple[object, ...], value: object) -> object:

@@ -33,8 +33,9 @@ def _check(args: argparse.Namespace) -> int:
     summary = proven.summary()
 
     kinds = ", ".join(f"{e.kind} at {e.index}" for e in proven.entries)
+    recorded = "" if proven.ledger_claim == proven.claim else f" (as {proven.ledger_claim})"
     line = (
-        f"claim {proven.claim}: {kinds}; included in {proven.checkpoint.origin} "
+        f"claim {proven.claim}{recorded}: {kinds}; included in {proven.checkpoint.origin} "
         f"at size {proven.checkpoint.size}"
     )
     emit(args, summary, lambda c: c.print(line))

@@ -21,7 +21,7 @@ from joulepool.ledger.checkpoint import SignedCheckpoint
 from joulepool.ledger.merkle import verify_consistency
 from joulepool.ledger.note import MAX_NOTE_BYTES, VerifierKey, b64encode
 from joulepool.ledger.tiles import MAX_ENTRY_BYTES, TILE_WIDTH, Fetch, TileReader
-from joulepool.transparency.errors import BundleMalformed, ForkAlarm
+from joulepool.transparency.errors import BundleMalformed, ForkAlarm, Unreachable
 from joulepool.transparency.http import DEFAULT_TIMEOUT_S, get_ok, join, request
 from joulepool.transparency.logkeys import open_log_checkpoint
 from joulepool.transparency.proof_bundle import note_bytes, parse_hashes, read_json
@@ -54,18 +54,20 @@ class Round:
         return out
 
 
-def tile_fetcher(base_url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Fetch:
+def tile_fetcher(
+    base_url: str, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Fetch:
     """A `Fetch` over HTTP for `TileReader` (c2sp.org/tlog-tiles): a 404 is an absent tile
     (LookupError, so a partial tile falls back to its full one); any other failure is
     `Unreachable`."""
 
     def fetch(path: str) -> bytes:
         url = join(base_url, path)
-        answer = request(url, MAX_TILE_BYTES, timeout_s=timeout_s)
+        answer = request(url, MAX_TILE_BYTES, token=token, timeout_s=timeout_s)
         if answer.status == 404:
             raise LookupError(f"{url}: 404")
         if answer.status != 200:
-            return get_ok(url, MAX_TILE_BYTES, timeout_s=timeout_s)
+            raise Unreachable(f"{url}: answered HTTP {answer.status}")
         return answer.body
 
     return fetch
@@ -171,7 +173,7 @@ def follow_round(
         return Round("unchanged", kept, kept)
     if old.size > 0:
         if tiles:
-            proof = TileReader(tile_fetcher(url, timeout_s), new.size).consistency_proof(
+            proof = TileReader(tile_fetcher(url, token, timeout_s), new.size).consistency_proof(
                 old.size, new.size
             )
         else:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from joulepool.claim_id import NAMESPACE_SEPARATOR
 from joulepool.errors import InvalidInput, PoolError
 from joulepool.events import Admitted, Released
 from joulepool.jsonio import loads_strict
@@ -55,9 +56,11 @@ class ProvenEntry:
 
 @dataclass(frozen=True)
 class ProvenClaim:
-    """What a bundle proved: the claim, the checkpoint it was proven against, its entries."""
+    """What a bundle proved: the claim, the id the ledger records it under (a tenant's
+    claim is namespaced there), the checkpoint it was proven against, its entries."""
 
     claim: str
+    ledger_claim: str
     checkpoint: Checkpoint
     note: bytes
     entries: tuple[ProvenEntry, ...]
@@ -66,6 +69,7 @@ class ProvenClaim:
         """The JSON `pool proof check --json` prints (docs/transparency-clients.md)."""
         return {
             "claim": self.claim,
+            "ledger_claim": self.ledger_claim,
             "origin": self.checkpoint.origin,
             "size": self.checkpoint.size,
             "root_b64": b64encode(self.checkpoint.root_hash),
@@ -135,7 +139,17 @@ def note_bytes(value: object, where: str) -> bytes:
         raise BundleMalformed(where, "is not valid UTF-8") from None
 
 
-def _entry_claim(raw: bytes, kind: str, claim: str, where: str) -> None:
+def _names(ledger_id: str, claim: str) -> bool:
+    """Whether the ledger's id is the bundle's claim: the same id, or the claim in a tenant's
+    namespace, `<root>/<claim>`, which is how the service records a tenant's claim and
+    shows it back to that tenant by its plain id (API.md "Additions", claim_id.py)."""
+    if ledger_id == claim:
+        return True
+    root, sep, own = ledger_id.rpartition(NAMESPACE_SEPARATOR)
+    return bool(sep and root) and NAMESPACE_SEPARATOR not in claim and own == claim
+
+
+def _entry_claim(raw: bytes, kind: str, claim: str, where: str) -> str:
     try:
         env = open_envelope(raw)
         # The entry's own steward names it: which key sealed it is the ledger's business;
@@ -145,10 +159,11 @@ def _entry_claim(raw: bytes, kind: str, claim: str, where: str) -> None:
         raise ClaimNotInEntry(f"{where}: not a pool/1 ledger entry: {exc}") from None
     if not isinstance(event, KINDS[kind]):
         raise ClaimNotInEntry(f"{where}: records a {type(event).__name__} event, not {kind}")
-    if event.claim != claim:
+    if not _names(event.claim, claim):
         raise ClaimNotInEntry(
             f"{where}: records claim {brief(event.claim)}, not the bundle's {brief(claim)}"
         )
+    return event.claim
 
 
 def check_bundle(data: bytes, keys: Sequence[VerifierKey]) -> ProvenClaim:
@@ -167,6 +182,7 @@ def check_bundle(data: bytes, keys: Sequence[VerifierKey]) -> ProvenClaim:
     if len(entries) > MAX_BUNDLE_ENTRIES:
         raise BundleMalformed("entries", f"holds more than {MAX_BUNDLE_ENTRIES} entries")
     proven: list[ProvenEntry] = []
+    ledger_claim = ""
     seen: set[int] = set()
     for i, item in enumerate(entries):
         where = f"entries[{i}]"
@@ -199,9 +215,17 @@ def check_bundle(data: bytes, keys: Sequence[VerifierKey]) -> ProvenClaim:
                 f"{where}: the inclusion proof of entry {index} does not lead to the "
                 f"checkpoint's root at size {checkpoint.size}"
             )
-        _entry_claim(raw, kind, claim, where)
+        ledger_id = _entry_claim(raw, kind, claim, where)
+        # A tenant's `c7` may be `vision/c7` in the ledger; one bundle is one claim, so
+        # every entry must record the same one.
+        if proven and ledger_id != ledger_claim:
+            raise ClaimNotInEntry(
+                f"{where}: records claim {brief(ledger_id)}, but entries before it record "
+                f"{brief(ledger_claim)}"
+            )
+        ledger_claim = ledger_id
         proven.append(ProvenEntry(kind, index, raw))
-    return ProvenClaim(claim, checkpoint, signed.note, tuple(proven))
+    return ProvenClaim(claim, ledger_claim, checkpoint, signed.note, tuple(proven))
 
 
 def bundle_json(
