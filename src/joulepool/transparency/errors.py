@@ -42,7 +42,8 @@ class ForkAlarm(PoolError):
     """Two signed checkpoints of the log that cannot both be true: a smaller size than one
     seen before (rollback), another root at the same size, or a larger tree that is not an
     extension of the kept one (fork). `kept` and `seen` are both notes, as received: the
-    pair is the evidence (DESIGN.md §8, a kept checkpoint is rollback evidence)."""
+    pair is the evidence (DESIGN.md §8, a kept checkpoint is rollback evidence). `kept` is
+    empty when the other checkpoint is one a witness holds and did not show."""
 
     code = "fork_alarm"
 

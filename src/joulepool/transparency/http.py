@@ -11,7 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from joulepool.transparency.errors import Unreachable
 
@@ -47,8 +47,13 @@ def join(base: str, path: str) -> str:
     return base.rstrip("/") + "/" + path.lstrip("/")
 
 
-def _read(response: object, limit: int, url: str) -> bytes:
-    data = response.read(limit + 1)  # type: ignore[attr-defined]
+class _Readable(Protocol):
+    def read(self, amt: int, /) -> bytes: ...
+
+
+def _read(response: _Readable, limit: int, url: str) -> bytes:
+    # One byte past the bound tells an answer that is too long without reading it all.
+    data = response.read(limit + 1)
     if not isinstance(data, bytes):
         raise Unreachable(f"{url}: answered no bytes")
     if len(data) > limit:
