@@ -114,7 +114,7 @@ def _follow(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `pool proof check` and `pool proof follow`."""
+    """Add `pool proof check` and `pool proof follow` (docs/transparency-clients.md)."""
     p = sub.add_parser("proof", help="check a claim's proof bundle; follow the log's checkpoints")
     proof = p.add_subparsers(dest="proof_command", metavar="PROOF_COMMAND", required=True)
 

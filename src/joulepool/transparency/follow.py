@@ -42,7 +42,7 @@ class Round:
     previous: SignedCheckpoint | None
 
     def summary(self) -> dict[str, object]:
-        """The JSON `pool proof follow --json` prints per round."""
+        """The JSON `pool proof follow --json` prints per round (docs/transparency-clients.md)."""
         out: dict[str, object] = {
             "outcome": self.outcome,
             "origin": self.kept.checkpoint.origin,

@@ -33,7 +33,8 @@ class Answer:
 
 
 def check_url(url: str, field: str = "url") -> str:
-    """An http(s) URL with a host and no fragment, or `Unreachable` naming `field`."""
+    """An http(s) URL with a host and no fragment (RFC 3986; API.md serves over http(s)), or
+    `Unreachable` naming `field`."""
     if not isinstance(url, str) or len(url) > 2048 or not url.isprintable():
         raise Unreachable(f"{field}: must be a printable URL of at most 2048 characters")
     parts = urllib.parse.urlsplit(url)
@@ -43,7 +44,8 @@ def check_url(url: str, field: str = "url") -> str:
 
 
 def join(base: str, path: str) -> str:
-    """`path` under `base`, whether or not `base` ends in a slash."""
+    """`path` under `base`, whether or not `base` ends in a slash (c2sp.org/tlog-tiles and
+    API.md paths are relative to the log's base URL)."""
     return base.rstrip("/") + "/" + path.lstrip("/")
 
 
@@ -102,7 +104,8 @@ def _media_type(response: object) -> str:
 def get_ok(
     url: str, limit: int, *, token: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> bytes:
-    """The body of a 200 answer to GET `url`, or `Unreachable` naming the status."""
+    """The body of a 200 answer to GET `url` (RFC 9110 §15.3.1), or `Unreachable` naming the
+    status."""
     answer = request(url, limit, token=token, timeout_s=timeout_s)
     if answer.status != 200:
         hint = answer.body[:200].decode("utf-8", "replace").strip()
