@@ -5,7 +5,11 @@ and raises the alarm on a rollback or a fork without ever overwriting what it ke
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -160,3 +164,35 @@ def test_a_checkpoint_answer_over_the_note_bound_is_refused(tmp_path: Path) -> N
     log = Log(LEAVES[:1], note=b"x" * (256 * 1024 + 1))
     with serving(log) as url, pytest.raises(Unreachable, match="longer than"):
         follow_round(url, KEYS, tmp_path / "kept")
+
+
+def test_a_log_that_answers_a_byte_at_a_time_is_given_up_on(tmp_path: Path) -> None:
+    class Drip(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for _ in range(1000):
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(Unreachable, match="time limit"):
+            follow_round(
+                f"http://127.0.0.1:{server.server_port}/", KEYS, tmp_path / "k", timeout_s=0.3
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    # Each byte came well within the socket's timeout; the whole answer's limit held.
+    assert time.monotonic() - started < 10

@@ -7,6 +7,7 @@ refused after reading one byte more than the bound, never buffered whole.
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,6 +17,9 @@ from typing import Final, Protocol
 from joulepool.transparency.errors import Unreachable
 
 DEFAULT_TIMEOUT_S: Final = 10.0
+# The whole answer, not one wait, within this many timeouts.
+TOTAL_FACTOR: Final = 6
+_CHUNK: Final = 64 * 1024
 USER_AGENT: Final = "joulepool-transparency"
 
 # A proxy in the environment would be a third party between the tenant and the log; the
@@ -50,17 +54,28 @@ def join(base: str, path: str) -> str:
 
 
 class _Readable(Protocol):
-    def read(self, amt: int, /) -> bytes: ...
+    def read1(self, amt: int, /) -> bytes: ...
 
 
-def _read(response: _Readable, limit: int, url: str) -> bytes:
+def _read(response: _Readable, limit: int, url: str, deadline: float) -> bytes:
+    # Chunks as they arrive, against one deadline: the socket's timeout bounds each wait
+    # only, and a server sending a byte a second would otherwise hold a round for hours.
     # One byte past the bound tells an answer that is too long without reading it all.
-    data = response.read(limit + 1)
-    if not isinstance(data, bytes):
-        raise Unreachable(f"{url}: answered no bytes")
-    if len(data) > limit:
+    chunks: list[bytes] = []
+    got = 0
+    while got <= limit:
+        if time.monotonic() > deadline:
+            raise Unreachable(f"{url}: the answer took longer than its time limit")
+        chunk = response.read1(min(_CHUNK, limit + 1 - got))
+        if not isinstance(chunk, bytes):
+            raise Unreachable(f"{url}: answered no bytes")
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    if got > limit:
         raise Unreachable(f"{url}: the answer is longer than {limit} bytes")
-    return data
+    return b"".join(chunks)
 
 
 def request(
@@ -73,8 +88,10 @@ def request(
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Answer:
     """GET `url` (or POST `body` to it) and read at most `limit` bytes of the answer,
-    whatever its status; `Unreachable` if no HTTP answer came (RFC 9110)."""
+    whatever its status, all within `TOTAL_FACTOR` times `timeout_s`; `Unreachable` if no
+    HTTP answer came in time (RFC 9110)."""
     check_url(url)
+    deadline = time.monotonic() + TOTAL_FACTOR * timeout_s
     headers = {"User-Agent": USER_AGENT}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -86,10 +103,12 @@ def request(
     )
     try:
         with _OPENER.open(req, timeout=timeout_s) as response:
-            return Answer(response.status, _media_type(response), _read(response, limit, url))
+            return Answer(
+                response.status, _media_type(response), _read(response, limit, url, deadline)
+            )
     except urllib.error.HTTPError as exc:
         with exc:
-            return Answer(exc.code, _media_type(exc), _read(exc, limit, url))
+            return Answer(exc.code, _media_type(exc), _read(exc, limit, url, deadline))
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise Unreachable(f"{url}: {type(exc).__name__}: {reason}") from None
