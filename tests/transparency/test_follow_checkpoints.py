@@ -9,6 +9,7 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -18,12 +19,14 @@ from joulepool.cli import main
 from joulepool.ledger.checkpoint import log_verifier_key
 from joulepool.transparency.errors import CheckpointUnverified, ForkAlarm, Unreachable
 from joulepool.transparency.follow import follow_round
+from joulepool.transparency.http import get_ok
 from joulepool.transparency.logkeys import parse_vkeys
 from tests.support.ledgers import OTHER
 from tests.transparency.logs import VKEY, Log, entries, note_of, serving
 
 KEYS = parse_vkeys(VKEY)
 LEAVES = entries(700)
+TOKEN = "jp_not_a_real_token"  # noqa: S105
 
 
 def _follow(url: str, state: Path, *extra: str) -> int:
@@ -196,3 +199,41 @@ def test_a_log_that_answers_a_byte_at_a_time_is_given_up_on(tmp_path: Path) -> N
         server.server_close()
     # Each byte came well within the socket's timeout; the whole answer's limit held.
     assert time.monotonic() - started < 10
+
+
+def test_a_redirect_is_not_followed_so_the_token_stays_with_the_log() -> None:
+    asked: list[str | None] = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            asked.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+
+    with _server(Elsewhere) as elsewhere:
+
+        class Redirect(Elsewhere):
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", elsewhere + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        with _server(Redirect) as url, pytest.raises(Unreachable, match="HTTP 302"):
+            get_ok(url + "v1/proof/consistency?from=1", 1024, token=TOKEN)
+    assert asked == []
+
+
+@contextlib.contextmanager
+def _server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()

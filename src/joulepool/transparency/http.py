@@ -12,7 +12,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Final, Protocol
+from email.message import Message
+from typing import IO, Final, Protocol
 
 from joulepool.transparency.errors import Unreachable
 
@@ -22,9 +23,25 @@ TOTAL_FACTOR: Final = 6
 _CHUNK: Final = 64 * 1024
 USER_AGENT: Final = "joulepool-transparency"
 
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # urllib would follow a redirect to any host with the bearer token still attached, and
+    # to ftp: a 3xx is answered as it is, which `get_ok` reports.
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> None:
+        del req, fp, code, msg, headers, newurl
+
+
 # A proxy in the environment would be a third party between the tenant and the log; the
 # URL given is the one meant.
-_OPENER: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_OPENER: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
 @dataclass(frozen=True)
