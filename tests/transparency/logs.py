@@ -85,6 +85,8 @@ class Log:
     note: bytes | None = None
     # When set, /v1/proof/consistency answers this instead of a real proof.
     proof_override: list[bytes] | None = None
+    # The Authorization header of each request for a consistency proof, in order.
+    authorizations: list[str | None] = field(default_factory=list)
 
     def checkpoint(self) -> bytes:
         return self.note if self.note is not None else note_of(self.leaves)
@@ -111,6 +113,7 @@ class _LogHandler(BaseHTTPRequestHandler):
             data = tiles.get(url.path[1:])
             self._send(200, data, "application/octet-stream") if data else self._send(404, b"")
         elif url.path == "/v1/proof/consistency":
+            log.authorizations.append(self.headers.get("Authorization"))
             query = urllib.parse.parse_qs(url.query)
             n, m = int(query["from"][0]), int(query.get("to", [len(log.leaves)])[0])
             levels = HashLevels.of_leaves(log.leaves)

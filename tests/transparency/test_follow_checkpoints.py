@@ -237,3 +237,35 @@ def _server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("mode", "text", "says"),
+    [
+        (0o644, TOKEN, "must be 0600"),
+        (0o600, "", "one token on one line"),
+        (0o600, "two tokens", "one token on one line"),
+    ],
+)
+def test_a_token_file_others_can_read_or_that_holds_no_one_token_is_refused(
+    mode: int, text: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text(text + "\n")
+    token.chmod(mode)
+    with serving(Log(LEAVES[:1])) as url:
+        assert _follow(url, tmp_path / "kept", "--token-file", str(token)) == 1
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "kept").exists()
+
+
+def test_the_token_is_sent_for_the_consistency_proof(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    log = Log(LEAVES[:3])
+    with serving(log) as url:
+        assert _follow(url, tmp_path / "kept", "--token-file", str(token)) == 0
+        log.leaves = LEAVES[:9]
+        assert _follow(url, tmp_path / "kept", "--token-file", str(token)) == 0
+    assert log.authorizations[-1] == f"Bearer {TOKEN}"
