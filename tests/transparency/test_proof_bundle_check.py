@@ -66,6 +66,9 @@ def test_a_file_of_several_vkeys_verifies_a_checkpoint_signed_by_any_of_them(
     keys.write_text(f"# keys of pool.example\n{other}\n\n{VKEY}\n")
     assert len(load_vkeys(str(keys))) == 2
     assert check_bundle(GOOD, load_vkeys(str(keys))).claim == "c7"
+    # As `pool keys vkey --all` prints them: each key after the first entry it signs.
+    keys.write_text(f"0 {other}\n120 {VKEY}\n")
+    assert check_bundle(GOOD, load_vkeys(str(keys))).claim == "c7"
 
 
 def test_a_checkpoint_not_signed_by_the_vkey_is_a_bad_signature() -> None:

@@ -29,8 +29,9 @@ MAX_VKEY_FILE_BYTES: Final = 64 * 1024
 
 
 def parse_vkeys(text: str, where: str = "vkey") -> tuple[VerifierKey, ...]:
-    """Ed25519 (0x01) verifier keys, one a line; blank lines and `#` comments skipped
-    (c2sp.org/signed-note, Verifier keys)."""
+    """Ed25519 (0x01) verifier keys, one a line, each alone or after the number of the first
+    entry it signs (as `pool keys vkey --all` prints them); blank lines and `#` comments
+    skipped (c2sp.org/signed-note, Verifier keys; docs/transparency-clients.md)."""
     keys: list[VerifierKey] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -38,6 +39,11 @@ def parse_vkeys(text: str, where: str = "vkey") -> tuple[VerifierKey, ...]:
             continue
         if len(keys) == MAX_VKEYS:
             raise BundleMalformed(where, f"holds more than {MAX_VKEYS} keys")
+        # `pool keys vkey --all` writes `<first entry it signs> <vkey>`: the key is what
+        # counts here, as any key the steward used may have signed a checkpoint kept.
+        first, space, rest = line.partition(" ")
+        if space and first.isascii() and first.isdigit():
+            line = rest.strip()
         try:
             key = VerifierKey.parse(line)
         except NoteRefused as exc:
