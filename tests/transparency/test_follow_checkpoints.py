@@ -16,12 +16,20 @@ from pathlib import Path
 import pytest
 
 from joulepool.cli import main
-from joulepool.ledger.checkpoint import log_verifier_key
+from joulepool.ledger.checkpoint import (
+    Checkpoint,
+    add_signatures,
+    cosign,
+    log_verifier_key,
+    witness_verifier_key,
+)
+from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.note import NoteSignature
 from joulepool.transparency.errors import CheckpointUnverified, ForkAlarm, Unreachable
 from joulepool.transparency.follow import follow_round
 from joulepool.transparency.http import get_ok
 from joulepool.transparency.logkeys import parse_vkeys
-from tests.support.ledgers import OTHER
+from tests.support.ledgers import OTHER, WITNESS
 from tests.transparency.logs import VKEY, Log, entries, note_of, serving
 
 KEYS = parse_vkeys(VKEY)
@@ -269,3 +277,69 @@ def test_the_token_is_sent_for_the_consistency_proof(tmp_path: Path) -> None:
         log.leaves = LEAVES[:9]
         assert _follow(url, tmp_path / "kept", "--token-file", str(token)) == 0
     assert log.authorizations[-1] == f"Bearer {TOKEN}"
+
+
+W1 = witness_verifier_key("witness.test/w1", WITNESS.public_key)
+W2 = witness_verifier_key("witness.test/w2", OTHER.public_key)
+
+
+def _cosigned(leaves: list[bytes], *signers: tuple[KeyPair, str]) -> bytes:
+    note = note_of(leaves)
+    checkpoint = Checkpoint.parse(note.decode().split("\n\n")[0] + "\n")
+    return add_signatures(note, [cosign(checkpoint, k, n, 1_764_000_000) for k, n in signers])
+
+
+def test_with_witness_keys_only_a_cosigned_checkpoint_is_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "kept"
+    both = ["--witness-vkey", W1.encode(), "--witness-vkey", W2.encode(), "--json"]
+    log = Log(LEAVES[:5], note=_cosigned(LEAVES[:5], (WITNESS, "witness.test/w1")))
+    with serving(log) as url:
+        assert _follow(url, state, *both) == 0
+        assert json.loads(capsys.readouterr().out)["cosigned_by"] == ["witness.test/w1"]
+        # Grown, but no witness has seen it: not followed, and nothing is overwritten.
+        log.leaves, log.note = LEAVES[:9], None
+        kept = state.read_bytes()
+        assert _follow(url, state, *both) == 1
+        assert "cosigned by 0 of the witnesses given (none), fewer than the 1" in (
+            capsys.readouterr().err
+        )
+        assert state.read_bytes() == kept
+        # Both required: one is not enough.
+        log.note = _cosigned(LEAVES[:9], (WITNESS, "witness.test/w1"))
+        assert _follow(url, state, *both, "--cosigned", "2") == 1
+        assert "fewer than the 2 required" in capsys.readouterr().err
+        log.note = _cosigned(LEAVES[:9], (WITNESS, "witness.test/w1"), (OTHER, "witness.test/w2"))
+        assert _follow(url, state, *both, "--cosigned", "2") == 0
+        out = json.loads(capsys.readouterr().out)
+    assert (out["outcome"], out["cosigned_by"]) == ("grew", ["witness.test/w1", "witness.test/w2"])
+
+
+def test_a_forged_cosignature_by_a_witness_given_is_a_bad_signature(tmp_path: Path) -> None:
+    # Signed by another key under w1's name and key hash: the known key's line fails.
+    note = note_of(LEAVES[:5])
+    checkpoint = Checkpoint.parse(note.decode().split("\n\n")[0] + "\n")
+    good = cosign(checkpoint, WITNESS, "witness.test/w1", 1)
+    bad = cosign(checkpoint, OTHER, "witness.test/w1", 1)
+    forged = add_signatures(note, [NoteSignature(good.name, good.key_hash, bad.signature)])
+    with (
+        serving(Log(LEAVES[:5], note=forged)) as url,
+        pytest.raises(CheckpointUnverified, match="invalid"),
+    ):
+        follow_round(url, KEYS, tmp_path / "kept", witnesses=(W1,), quorum=1)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--witness-vkey", VKEY], "bundle_malformed"),
+        (["--witness-vkey", W1.encode(), "--cosigned", "2"], "--cosigned: must be in [0, 1]"),
+        (["--witness-vkey", W1.encode(), "--witness-vkey", W1.encode()], "names one witness"),
+    ],
+)
+def test_witness_flags_that_cannot_be_met_are_refused_before_any_round(
+    extra: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _follow("http://127.0.0.1:9/", tmp_path / "kept", *extra) == 1
+    assert says in capsys.readouterr().err

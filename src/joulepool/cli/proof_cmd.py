@@ -76,6 +76,7 @@ def default_state(url: str) -> Path:
 
 def _follow(args: argparse.Namespace) -> int:
     from joulepool.errors import InvalidInput
+    from joulepool.ledger.note import ALG_COSIGNATURE_V1, VerifierKey
     from joulepool.transparency.errors import ForkAlarm, Unreachable
     from joulepool.transparency.follow import follow_round
     from joulepool.transparency.http import check_url
@@ -83,6 +84,14 @@ def _follow(args: argparse.Namespace) -> int:
 
     check_url(args.url)
     keys = load_vkeys(args.vkey)
+    witnesses: tuple[VerifierKey, ...] = ()
+    for value in args.witness_vkey or ():
+        witnesses += load_vkeys(value, ALG_COSIGNATURE_V1, "--witness-vkey")
+    if len({w.name for w in witnesses}) != len(witnesses):
+        raise InvalidInput("--witness-vkey", "names one witness twice")
+    quorum = args.cosigned if args.cosigned is not None else min(1, len(witnesses))
+    if not 0 <= quorum <= len(witnesses):
+        raise InvalidInput("--cosigned", f"must be in [0, {len(witnesses)}], the witnesses given")
     token = _token(args.token_file)
     if args.interval < 1:
         raise InvalidInput("--interval", "must be at least 1 second")
@@ -91,7 +100,15 @@ def _follow(args: argparse.Namespace) -> int:
         state.parent.mkdir(parents=True, exist_ok=True)
     while True:
         try:
-            result = follow_round(args.url, keys, state, token=token, tiles=args.tiles)
+            result = follow_round(
+                args.url,
+                keys,
+                state,
+                token=token,
+                tiles=args.tiles,
+                witnesses=witnesses,
+                quorum=quorum,
+            )
         except ForkAlarm as exc:
             print(f"pool: ALARM: {terminal_safe(exc.detail)}", file=sys.stderr)
             print(f"pool: the kept checkpoint stays in {state}", file=sys.stderr)
@@ -147,6 +164,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--tiles",
         action="store_true",
         help="compute consistency proofs from URL/tile/... instead of asking the server",
+    )
+    f.add_argument(
+        "--witness-vkey",
+        action="append",
+        metavar="W",
+        help="a C2SP witness's cosignature/v1 key, or a file of them (repeatable)",
+    )
+    f.add_argument(
+        "--cosigned",
+        type=int,
+        metavar="N",
+        help="accept a new checkpoint only when N of those witnesses cosign it "
+        "(default: 1 when a witness key is given, else 0)",
     )
     f.add_argument("--once", action="store_true", help="one round, then exit")
     f.add_argument("--interval", type=int, default=60, help="seconds between rounds (60)")

@@ -51,6 +51,8 @@ class Round:
         }
         if self.previous is not None:
             out["previous_size"] = self.previous.checkpoint.size
+        if self.kept.cosigned_by:
+            out["cosigned_by"] = [name for name, _ in self.kept.cosigned_by]
         return out
 
 
@@ -73,7 +75,9 @@ def tile_fetcher(
     return fetch
 
 
-def read_state(path: Path, keys: tuple[VerifierKey, ...]) -> SignedCheckpoint | None:
+def read_state(
+    path: Path, keys: tuple[VerifierKey, ...], witnesses: tuple[VerifierKey, ...] = ()
+) -> SignedCheckpoint | None:
     """The kept checkpoint, verified again by the tenant's keys, or None when the state file
     does not exist yet (docs/transparency-clients.md, state file)."""
     try:
@@ -81,16 +85,24 @@ def read_state(path: Path, keys: tuple[VerifierKey, ...]) -> SignedCheckpoint | 
             raw = f.read(MAX_NOTE_BYTES + 1)
     except FileNotFoundError:
         return None
-    return open_log_checkpoint(raw, keys, f"state file {path}")
+    # No quorum: it was met when the checkpoint was kept, and witnesses added since do not
+    # make the evidence kept before them void.
+    return open_log_checkpoint(raw, keys, f"state file {path}", witnesses=witnesses)
 
 
 def fetch_checkpoint(
-    url: str, keys: tuple[VerifierKey, ...], timeout_s: float = DEFAULT_TIMEOUT_S
+    url: str,
+    keys: tuple[VerifierKey, ...],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    witnesses: tuple[VerifierKey, ...] = (),
+    quorum: int = 0,
 ) -> SignedCheckpoint:
-    """`GET <url>/checkpoint`, verified by the tenant's keys (API.md, Transparency)."""
+    """`GET <url>/checkpoint`, verified by the tenant's keys and cosigned by at least
+    `quorum` of `witnesses` (API.md, Transparency; c2sp.org/tlog-cosignature)."""
     where = join(url, "checkpoint")
     note = get_ok(where, MAX_NOTE_BYTES, timeout_s=timeout_s)
-    return open_log_checkpoint(note, keys, where)
+    return open_log_checkpoint(note, keys, where, witnesses=witnesses, quorum=quorum)
 
 
 def _describe(c: SignedCheckpoint) -> str:
@@ -138,12 +150,16 @@ def follow_round(
     token: str | None = None,
     tiles: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    witnesses: tuple[VerifierKey, ...] = (),
+    quorum: int = 0,
 ) -> Round:
     """One round of following the log at `url` (DESIGN.md §8; docs/transparency-clients.md):
     the kept checkpoint is replaced only by a signed one proven to extend it; a rollback or
-    a fork raises `ForkAlarm` and leaves the kept one as it is."""
-    kept = read_state(state, keys)
-    seen = fetch_checkpoint(url, keys, timeout_s)
+    a fork raises `ForkAlarm` and leaves the kept one as it is. With `witnesses`, a new
+    checkpoint must carry at least `quorum` of their cosignatures (c2sp.org/tlog-cosignature):
+    a log showing a tenant a view no witness has checked is not followed."""
+    kept = read_state(state, keys, witnesses)
+    seen = fetch_checkpoint(url, keys, timeout_s, witnesses=witnesses, quorum=quorum)
     if kept is None:
         write_atomically(state, seen.note, STATE_MODE)
         return Round("first", seen, None)
