@@ -1,7 +1,8 @@
 """DESIGN.md §8, interop: joulepool's C2SP witness submitter (c2sp.org/tlog-witness,
 add-checkpoint) collects cosignatures from aics-witness 0.1.0, a witness no one here wrote,
 run as its own process on 127.0.0.1: it cosigns a growing log whose checkpoints the pure
-layer signs; a submission from a stale size is sent again from the size its 409 names; a log
+layer signs, and a tenant following the log with its key accepts only checkpoints it
+cosigned; a submission from a stale size is sent again from the size its 409 names; a log
 rolled back and rewritten, or rolled back to a smaller size, is a fork alarm and never
 cosigned; and the cosignatures it returns verify under its published vkey here."""
 
@@ -21,17 +22,20 @@ import pytest
 from joulepool.ledger.checkpoint import add_signatures, log_verifier_key, open_checkpoint
 from joulepool.ledger.merkle import HashLevels, consistency_proof
 from joulepool.ledger.note import NoteSignature
-from joulepool.transparency.errors import WitnessInconsistent, WitnessRefused
+from joulepool.transparency.errors import CheckpointUnverified, WitnessInconsistent, WitnessRefused
+from joulepool.transparency.follow import follow_round
+from joulepool.transparency.logkeys import parse_vkeys
 from joulepool.transparency.witness_client import ProofFor, WitnessConfig, parse_witness, submit
 from tests.interop.tools import Unavailable, aics_witness
 from tests.support.ledgers import OTHER, STEWARD
 from tests.support.servers import free_port
-from tests.transparency.logs import ORIGIN, VKEY, entries, note_of
+from tests.transparency.logs import ORIGIN, VKEY, Log, entries, note_of, serving
 
 NAME = "witness.test/w1"
 LEAVES = entries(420)
 REWRITTEN = LEAVES[:250] + entries(420, salt=1)[250:]
 LOG_KEY = log_verifier_key(STEWARD, ORIGIN)
+KEYS = parse_vkeys(VKEY)
 
 
 @dataclass
@@ -158,3 +162,25 @@ def test_a_checkpoint_by_a_key_the_witness_does_not_trust_is_refused(
         note = note_of(LEAVES[:5], STEWARD, "pool.example/unknown")
         submit(witness.config, note, 0, _proofs(LEAVES[:5]))
     assert unknown.value.status == 404
+
+
+def test_a_tenant_follows_only_checkpoints_aics_witness_cosigned(
+    witness: RunningWitness, tmp_path: Path
+) -> None:
+    vkey = witness.config.vkey
+    log = Log(LEAVES[:5])
+    log.note = add_signatures(
+        note_of(LEAVES[:5]), submit(witness.config, note_of(LEAVES[:5]), 0, _proofs(LEAVES[:5]))
+    )
+    state = tmp_path / "kept"
+    with serving(log) as url:
+        first = follow_round(url, KEYS, state, witnesses=(vkey,), quorum=1)
+        assert [name for name, _ in first.kept.cosigned_by] == [NAME]
+        # The log grows and shows the tenant a checkpoint the witness never saw.
+        log.leaves, log.note = LEAVES[:300], None
+        with pytest.raises(CheckpointUnverified, match="fewer than the 1 required"):
+            follow_round(url, KEYS, state, witnesses=(vkey,), quorum=1)
+        note = note_of(LEAVES[:300])
+        log.note = add_signatures(note, submit(witness.config, note, 5, _proofs(LEAVES[:300])))
+        grew = follow_round(url, KEYS, state, witnesses=(vkey,), quorum=1)
+    assert (grew.outcome, grew.kept.checkpoint.size) == ("grew", 300)
