@@ -19,13 +19,29 @@ from pathlib import Path
 
 import pytest
 
-from joulepool.ledger.checkpoint import add_signatures, log_verifier_key, open_checkpoint
+from joulepool.ledger.checkpoint import (
+    add_signatures,
+    log_verifier_key,
+    open_checkpoint,
+    witness_verifier_key,
+)
 from joulepool.ledger.merkle import HashLevels, consistency_proof
 from joulepool.ledger.note import NoteSignature
-from joulepool.transparency.errors import CheckpointUnverified, WitnessInconsistent, WitnessRefused
+from joulepool.transparency.errors import (
+    CheckpointUnverified,
+    WitnessInconsistent,
+    WitnessRefused,
+    WitnessUnavailable,
+)
 from joulepool.transparency.follow import follow_round
 from joulepool.transparency.logkeys import parse_vkeys
-from joulepool.transparency.witness_client import ProofFor, WitnessConfig, parse_witness, submit
+from joulepool.transparency.witness_client import (
+    ProofFor,
+    WitnessConfig,
+    collect_cosignatures,
+    parse_witness,
+    submit,
+)
 from tests.interop.tools import Unavailable, aics_witness
 from tests.support.ledgers import OTHER, STEWARD
 from tests.support.servers import free_port
@@ -184,3 +200,23 @@ def test_a_tenant_follows_only_checkpoints_aics_witness_cosigned(
         log.note = add_signatures(note, submit(witness.config, note, 5, _proofs(LEAVES[:300])))
         grew = follow_round(url, KEYS, state, witnesses=(vkey,), quorum=1)
     assert (grew.outcome, grew.kept.checkpoint.size) == ("grew", 300)
+
+
+def test_every_witness_is_asked_and_one_down_stops_none(witness: RunningWitness) -> None:
+    down = WitnessConfig(
+        f"http://127.0.0.1:{free_port()}/", witness_verifier_key("down.test/w", OTHER.public_key)
+    )
+    sizes: dict[str, int] = {}
+    for size in (5, 260, 420):
+        note = note_of(LEAVES[:size])
+        got = collect_cosignatures([down, witness.config], note, sizes, _proofs(LEAVES[:size]))
+        _cosigned(witness, note, list(got.signatures))
+        assert got.sizes == {NAME: size}
+        assert isinstance(got.failures["down.test/w"], WitnessUnavailable)
+        assert got.alarms == {}
+        sizes |= got.sizes
+    # Each witness was sent the size it held: no 409 was needed.
+    assert "refused (409)" not in witness.log.read_text()
+    rewritten = note_of(REWRITTEN[:420])
+    got = collect_cosignatures([witness.config], rewritten, sizes, _proofs(REWRITTEN[:420]))
+    assert got.signatures == () and list(got.alarms) == [NAME]

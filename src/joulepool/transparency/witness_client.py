@@ -16,16 +16,18 @@ holds does not verify, or an equal size with another root), means the witness ho
 checkpoint this log's tree does not extend: a fork alarm, never retried.
 
 `[[c2sp_witness]]` entries of pool.toml (`url`, `vkey`) are read by `parse_witnesses`; the
-witness's name is its vkey's.
+witness's name is its vkey's. `collect_cosignatures` asks every configured witness about
+one checkpoint, each from the size it last cosigned, for `pool serve` to add the lines to
+the checkpoint it serves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from joulepool.errors import InvalidInput
+from joulepool.errors import InvalidInput, PoolError
 from joulepool.ledger.checkpoint import Checkpoint, CheckpointRefused
 from joulepool.ledger.merkle import HASH_SIZE
 from joulepool.ledger.note import (
@@ -241,3 +243,51 @@ def submit(
         f"witness {name}: still answered 409 after {MAX_ATTEMPTS} sizes; another submitter "
         "may be racing this one"
     )
+
+
+@dataclass(frozen=True)
+class Collected:
+    """One checkpoint's round of every witness (c2sp.org/tlog-witness): the cosignature
+    lines collected, the size each witness that cosigned now holds (the old size to send it
+    next), and each other witness's refusal, by name. `alarms` are the refusals that are
+    fork alarms: evidence for the operator, never to be retried past."""
+
+    signatures: tuple[NoteSignature, ...]
+    sizes: dict[str, int]
+    failures: dict[str, PoolError]
+
+    @property
+    def alarms(self) -> dict[str, WitnessInconsistent]:
+        """The witnesses that hold a checkpoint this tree does not extend."""
+        return {n: e for n, e in self.failures.items() if isinstance(e, WitnessInconsistent)}
+
+
+def collect_cosignatures(
+    witnesses: Sequence[WitnessConfig],
+    checkpoint_note: bytes,
+    sizes: Mapping[str, int],
+    proof_for: ProofFor,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Collected:
+    """Submit `checkpoint_note` to every witness, each from the size it was last known to
+    hold (`sizes`, by name; 0 when unknown: its 409 corrects it), one failing never
+    stopping the others (c2sp.org/tlog-witness, add-checkpoint; DESIGN.md §8)."""
+    try:
+        size = Checkpoint.parse(parse_note(checkpoint_note).text).size
+    except (NoteRefused, CheckpointRefused) as exc:
+        raise InvalidInput("checkpoint_note", str(exc)) from None
+    signatures: list[NoteSignature] = []
+    held: dict[str, int] = {}
+    failures: dict[str, PoolError] = {}
+    for witness in witnesses:
+        try:
+            got = submit(
+                witness, checkpoint_note, sizes.get(witness.name, 0), proof_for, timeout_s=timeout_s
+            )
+        except PoolError as exc:
+            failures[witness.name] = exc
+            continue
+        signatures.extend(got)
+        held[witness.name] = size
+    return Collected(tuple(signatures), held, failures)
