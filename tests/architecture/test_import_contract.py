@@ -30,6 +30,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "views": {PURE, LEDGER, POOL},
     "deployment": {PURE, LEDGER, STORES, POOL},
     "meters": {PURE},
+    "transparency": {PURE, LEDGER},
     "bridges": {PURE, "meters", "views"},
     "service": {PURE, LEDGER, STORES, POOL, "conformance", "deployment", "views", "meters"},
 }

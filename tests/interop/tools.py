@@ -10,7 +10,9 @@
   without them fails `npm ci`), and `npm ci --omit=optional` leaves it out anyway;
 - aics-tlog 0.2.1 (C2SP checkpoints, tiles and proofs) in a virtual environment of its own
   under .cache/interop/, installed with `pip install --ignore-requires-python`: it declares
-  Python 3.12 but installs and runs on 3.11.
+  Python 3.12 but installs and runs on 3.11;
+- aics-witness 0.1.0 (a c2sp.org/tlog-witness server, over aics-tlog 0.2.1), the same way,
+  run as its own `aics-witness serve` process on 127.0.0.1.
 
 Each is built once and reused: a file lock keeps two test sessions from building at once,
 and a stamp written last marks a build as complete. Both are driven through a subprocess
@@ -222,3 +224,15 @@ class AicsTlog:
 def aics_tlog() -> AicsTlog:
     """The aics-tlog environment, built on first use under .cache/interop/aics-tlog-venv."""
     return AicsTlog(_python_env("aics-tlog", AICS_TLOG_REQUIREMENTS, AICS_TLOG_PIP_FLAGS))
+
+
+# aics-witness, a C2SP tlog-witness server no one here wrote, over aics-tlog (pinned too, so
+# a new aics-tlog cannot change what is tested); same Python 3.12 declaration as aics-tlog.
+AICS_WITNESS_REQUIREMENTS: Final = ("aics-witness==0.1.0", "aics-tlog==0.2.1")
+
+
+def aics_witness() -> Path:
+    """The `aics-witness` command of its own environment, built on first use under
+    .cache/interop/aics-witness-venv."""
+    python = _python_env("aics-witness", AICS_WITNESS_REQUIREMENTS, AICS_TLOG_PIP_FLAGS)
+    return python.parent / "aics-witness"

@@ -44,6 +44,7 @@ _OPTIONAL = (
     "joulepool.cli.demo_cmd",
     "joulepool.cli.serve_cmd",
     "joulepool.cli.meter_cmd",
+    "joulepool.cli.proof_cmd",
     "joulepool.bridges.slurm.cli",
 )
 
@@ -72,6 +73,7 @@ EXIT_CODES = """exit codes:
   3 queue                    `pool admit`: the claim may start later (and `pool estimate`:
                              no estimate earned yet)
   4 deny                     `pool admit`: the claim can never start as it stands
+  5 alarm                    `pool proof follow`: the log rolled back or forked
   130 interrupted
 
 Energies are typed with their unit: 4MJ, 2.5kWh, 750J, 123uJ (a bare number is µJ).
