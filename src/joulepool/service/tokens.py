@@ -363,23 +363,37 @@ class TokenBook:
 
     def __init__(self, entries: list[TokenEntry]) -> None:
         self._entries = [
-            (
-                bytes.fromhex(e.sha256),
-                Principal(e.name, e.scope),
-                None if e.expires is None else e.expires.timestamp(),
-            )
+            (bytes.fromhex(e.sha256), Principal(e.name, e.scope), _epoch_ms(e.expires))
             for e in entries
         ]
 
-    def principal(self, token: str) -> Principal | None:
-        """The principal a bearer token names, or None for an unknown or expired one."""
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def scopes(self) -> list[tuple[str, str]]:
+        """Each token's name and scope, in the file's order (never a hash)."""
+        return [(p.name, p.scope) for _, p, _ in self._entries]
+
+    def principal(self, token: str, at_ms: int | None = None) -> Principal | None:
+        """The principal a bearer token names, or None for an unknown one or one expired at
+        `at_ms` (milliseconds since the epoch; the wall clock by default). `pool serve`
+        passes the wall clock raised to the ledger's last entry (docs/reliability.md §15),
+        so a clock set back never makes an expired token work again."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         found: Principal | None = None
-        expiry: float | None = None
+        expiry: int | None = None
         # Every entry is compared, whatever matches, so timing says nothing about which.
         for stored, principal, expires in self._entries:
             if hmac.compare_digest(stored, digest):
                 found, expiry = principal, expires
-        if expiry is not None and time.time() >= expiry:
+        now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+        if expiry is not None and now >= expiry:
             return None  # past its `expires`: answered exactly like an unknown token
         return found
+
+
+def _epoch_ms(when: datetime | None) -> int | None:
+    """`when` in whole milliseconds since the Unix epoch (DESIGN.md §2: no float), or None."""
+    if when is None:
+        return None
+    return (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
