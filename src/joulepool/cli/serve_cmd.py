@@ -185,6 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
     from joulepool.service.reloads import Reloader
 
     reloader = Reloader(service, folder)
+    service.stop_hooks.append(reloader.stop)
 
     def reload(_signum: int, _frame: object) -> None:
         reloader.request()
@@ -325,10 +326,17 @@ def _token_list(args: argparse.Namespace) -> int:
 def _token_revoke(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
     from joulepool.deployment.config import CONFIG, TOKENS, read_config
+    from joulepool.errors import PoolError
     from joulepool.service.tokens import revoke_token
 
     folder = deployment_dir(args.dir)
-    gone = revoke_token(folder / TOKENS, args.name, read_config(folder / CONFIG).tree)
+    try:
+        tree: Any = read_config(folder / CONFIG).tree
+    except PoolError as exc:
+        # A revoke must never wait for pool.toml to be mended (docs/reliability.md §15).
+        print(f"pool: warning: {exc}; scopes not checked against the tree", file=sys.stderr)
+        tree = None
+    gone = revoke_token(folder / TOKENS, args.name, tree)
     emit(
         args,
         {"revoked": gone.name, "scope": gone.scope},

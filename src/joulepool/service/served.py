@@ -52,6 +52,9 @@ class Service:
     # The last reload's outcome, as Prometheus exports its own (docs/reliability.md §15).
     last_reload_ok: bool = True
     last_reload_success_ms: int | None = None
+    # Run when the service stops (the reload thread, the pid file): uvicorn re-raises the
+    # signal that stopped it once the lifespan has ended, so nothing after it would run.
+    stop_hooks: list[Callable[[], None]] = field(default_factory=list)
 
     def tree(self) -> Tree:
         """The tree in force: the pool's, or the one read at start while replay runs."""
@@ -219,6 +222,8 @@ class Service:
     def stop(self) -> None:
         """Commit what is queued, then release the store."""
         self.stopping = True
+        for hook in self.stop_hooks:
+            hook()
         if self.committer is not None:
             self.committer.close()
         if self.pool is not None:

@@ -191,7 +191,7 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _entry(table: object, tree: Tree, file: str, line: int) -> TokenEntry:
+def _entry(table: object, tree: Tree | None, file: str, line: int) -> TokenEntry:
     """One `[[token]]` table, checked (API.md, Tokens)."""
     if not isinstance(table, dict) or not _FIELDS <= set(table) <= _FIELDS | _OPTIONAL:
         keys = sorted(map(str, table)) if isinstance(table, dict) else []
@@ -214,8 +214,12 @@ def _entry(table: object, tree: Tree, file: str, line: int) -> TokenEntry:
         )
     if len(digest) != 64 or not set(digest) <= _HEX:
         raise InvalidTokens(file, line, "sha256 must be 64 lowercase hex digits")
-    problem = scope_problem(scope, tree)
-    if problem is not None:
+    if tree is None:
+        # No tree to check against (a revoke beside a broken pool.toml): the shape only.
+        tenant = scope[len(TENANT_PREFIX) :] if scope.startswith(TENANT_PREFIX) else None
+        if scope not in (OPERATOR, METRICS) and (not tenant or _stray(tenant)):
+            raise InvalidTokens(file, line, f"scope {scope!r} is not a scope: {_SCOPES}")
+    elif (problem := scope_problem(scope, tree)) is not None:
         raise InvalidTokens(file, line, f"scope {problem}")
     return TokenEntry(name, digest, scope, when.get("expires"), when.get("created"))
 
@@ -274,10 +278,11 @@ def _write_tokens(path: Path, entries: list[TokenEntry]) -> None:
         raise InvalidTokens(str(path), None, f"cannot write: {exc.strerror}") from None
 
 
-def revoke_token(path: Path, name: str, tree: Tree) -> TokenEntry:
-    """Remove the token named `name` (`pool token revoke DIR NAME`); a running
-    service stops taking it at its next SIGHUP. Refused, naming the closest names, when no
-    token has that name."""
+def revoke_token(path: Path, name: str, tree: Tree | None) -> TokenEntry:
+    """Remove the token named `name` (`pool token revoke DIR NAME`); a running service
+    stops taking it within a second (docs/reliability.md §15). Refused, naming the closest
+    names, when no token has that name. With no `tree` (pool.toml cannot be read), the
+    scopes are checked for their shape only: a broken pool.toml never holds a revoke back."""
     entries = read_tokens(path, tree)
     found = [e for e in entries if e.name == name]
     if not found:
@@ -288,8 +293,9 @@ def revoke_token(path: Path, name: str, tree: Tree) -> TokenEntry:
     return found[0]
 
 
-def read_tokens(path: Path, tree: Tree) -> list[TokenEntry]:
-    """Read `tokens.toml` and check it against `tree`, the tree being served (API.md, Tokens).
+def read_tokens(path: Path, tree: Tree | None) -> list[TokenEntry]:
+    """Read `tokens.toml` and check it against `tree`, the tree being served (API.md, Tokens);
+    with None, each scope's shape only (`revoke_token`).
 
     A missing file is no tokens (every request is then 401). Anything else wrong refuses
     the file as a whole (`InvalidTokens`, naming the file and the line of the `[[token]]`
