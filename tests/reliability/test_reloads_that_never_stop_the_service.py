@@ -270,6 +270,9 @@ def test_a_revoke_is_not_held_back_by_a_broken_pool_toml(tmp_path: Path) -> None
             assert http.get("/v1/entitlements").status_code == 401
         with serve.client(deployment.operator) as http:
             assert http.get("/v1/entitlements").status_code == 200
+        # The tokens taken in do not hide the pool.toml still refused.
+        metrics = reload_metrics(serve, deployment.operator)
+        assert metrics["pool_config_last_reload_successful"] == 0, metrics
         _figures.faults_injected += 1
     finally:
         serve.kill()

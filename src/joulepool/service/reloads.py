@@ -95,6 +95,8 @@ class Reloader:
         self._seen: tuple[int, int, int] | None = None
         self.count = 0
         self.last: Outcome | None = None
+        # Each part's last outcome: the files on disk are in force only while both are.
+        self._tokens_ok = self._config_ok = True
 
     # -- threads ---------------------------------------------------------------------------
 
@@ -149,21 +151,20 @@ class Reloader:
     # -- one reload ------------------------------------------------------------------------
 
     def reload(self, trigger: str) -> Outcome:
-        """Reload the tokens, and on a SIGHUP `pool.toml`, each on its own; record the
-        outcome. `pool.toml` first when it names an entitlement a new token needs: the
-        tokens are tried again once the tree that has it is in force."""
+        """Reload the tokens, then on a SIGHUP `pool.toml`, each on its own, and record the
+        outcome. Tokens refused against the tree in force are tried again once a new tree
+        is, since a new token may name an entitlement only the new tree has."""
         started = time.monotonic_ns()
-        refusals: list[str] = []
         before = list(self.service.tree())
         tokens = self._tokens()
+        config = None
         if trigger == SIGHUP:
             config = self._config()
-            if config is not None:
-                refusals.append(config)
-            elif tokens is not None and list(self.service.tree()) != before:
+            if config is None and tokens is not None and list(self.service.tree()) != before:
                 tokens = self._tokens()  # a token may name what the new tree adds
-        if tokens is not None:
-            refusals.insert(0, tokens)
+            self._config_ok = config is None
+        self._tokens_ok = tokens is None
+        refusals = [r for r in (tokens, config) if r is not None]
         if trigger == SIGHUP:
             self.count += 1
         outcome = Outcome(
@@ -176,7 +177,8 @@ class Reloader:
             "; ".join(refusals) if refusals else "reloaded",
         )
         self.last = outcome
-        self.service.reloaded(outcome.ok, outcome.done_ms)
+        # A tokens change taken in does not hide a pool.toml still refused, nor the reverse.
+        self.service.reloaded(self._tokens_ok and self._config_ok, outcome.done_ms)
         if trigger == SIGHUP:
             try:
                 write_atomically(
