@@ -196,6 +196,14 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
             assert r.json()["verdict"] == "admit", r.text
             usage = http.get("/v1/entitlements/vision").json()["usage"]
             assert usage["running_claims"] == 1, usage
+            # Claims released during the replay are known released after the switch.
+            first, last = "during-0", f"during-{len(decisions) // 2 - 1}"
+            for cid in (first, last, "old-7"):
+                again = http.post(f"/v1/claims/{cid}/release", json=RELEASE)
+                assert again.status_code == 409, again.text
+                assert again.json()["error"] == "already_released", again.text
+                r = http.post("/v1/claims", json=claim(cid, uj=1))
+                assert (r.status_code, r.json()["error"]) == (409, "claim_exists"), r.text
             assert http.get("/v1/ledger").json()["length"] == entries + len(decisions) + 1
         done = pool_cli("ledger", "verify", str(deployment.folder))
         assert done.returncode == 0, done.stdout + done.stderr

@@ -68,6 +68,14 @@ class Outcome:
         return asdict(self)
 
 
+def _named(exc: Exception) -> str:
+    """A refusal's words: a `PoolError`'s own; anything else named by its type, so the
+    reload thread survives it and `pool reload` still gets an outcome, never a hang."""
+    if isinstance(exc, PoolError):
+        return str(exc)
+    return f"internal_error: {type(exc).__name__}: {exc}"
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -88,7 +96,11 @@ class Reloader:
         self.service = service
         self.folder = folder
         self.say = say
-        self._wanted = threading.Event()
+        # A SIGHUP writes a byte here; the reload thread reads whatever is there at once, so
+        # signals during a reload make one more. A pipe, not a lock: a handler can interrupt
+        # the main thread anywhere, even inside another handler.
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(self._wake_w, False)
         self._stopping = threading.Event()
         # Token reloads from the watcher and from a SIGHUP never interleave.
         self._tokens_lock = threading.Lock()
@@ -112,26 +124,27 @@ class Reloader:
     def stop(self) -> None:
         """Stop both threads and remove the pid file (ours only)."""
         self._stopping.set()
-        self._wanted.set()
+        self.request()
         path = self.folder / PID
         with contextlib.suppress(OSError, ValueError):
             if int(path.read_text().strip()) == os.getpid():
                 path.unlink()
 
     def request(self) -> None:
-        """SIGHUP: ask for a reload. Safe in a signal handler: it only sets an event."""
-        self._wanted.set()
+        """SIGHUP: ask for a reload. Safe in a signal handler: one write, no lock."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"\0")  # a full pipe has a reload waiting already
 
     def _reloads(self) -> None:
         while True:
-            self._wanted.wait()
+            # Every byte written so far is read at once: SIGHUPs from here on, during the
+            # reload below, make one more reload after it (coalesced, never one each).
+            os.read(self._wake_r, 1 << 16)
             if self._stopping.is_set():
                 return
-            # Cleared before reading: a SIGHUP from here on makes one more reload after this.
-            self._wanted.clear()
             try:
                 self.reload(SIGHUP)
-            except Exception as exc:  # the thread must survive whatever one reload meets
+            except Exception as exc:  # the thread outlives whatever one reload meets
                 log.error("reload failed: %s: %s", type(exc).__name__, exc)
 
     def _watch(self) -> None:
@@ -208,8 +221,8 @@ class Reloader:
                         f"{state}: that would drop every token in force, the operator's "
                         "included; restart pool serve to run with no tokens",
                     )
-            except PoolError as exc:
-                message = f"reload refused, keeping the old tokens: {exc}"
+            except Exception as exc:
+                message = f"reload refused, keeping the old tokens: {_named(exc)}"
                 self.say(f"pool serve: error: {message}")
                 return message
             service.tokens = TokenBook(entries)
@@ -223,8 +236,8 @@ class Reloader:
 
         try:
             self.service.reload(read_config(self.folder / CONFIG))
-        except PoolError as exc:
-            message = f"reload refused, keeping the old configuration: {exc}"
+        except Exception as exc:
+            message = f"reload refused, keeping the old configuration: {_named(exc)}"
             self.say(f"pool serve: error: {message}")
             return message
         self.say("pool serve: configuration reloaded")
