@@ -117,7 +117,15 @@ class Reloader:
         from joulepool.deployment.config import TOKENS
 
         self._seen = _signature(self.folder / TOKENS)
-        write_atomically(self.folder / PID, f"{os.getpid()}\n".encode(), 0o644)
+        try:
+            write_atomically(self.folder / PID, f"{os.getpid()}\n".encode(), 0o644)
+        except OSError as exc:
+            # Serving matters more than the pid file: SIGHUP and the watcher still work.
+            log.error(
+                "%s not written (%s): `pool reload DIR` will not find this service",
+                self.folder / PID,
+                exc.strerror,
+            )
         for target, name in ((self._reloads, "reload"), (self._watch, "tokens-watch")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
