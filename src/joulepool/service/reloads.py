@@ -64,7 +64,7 @@ class Outcome:
     message: str
 
     def to_json(self) -> dict[str, object]:
-        """What `STATUS` holds."""
+        """What `STATUS` holds (docs/reliability.md §15)."""
         return asdict(self)
 
 
@@ -113,7 +113,7 @@ class Reloader:
     # -- threads ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Write the pid file and start the reload thread and the watcher."""
+        """Write the pid file and start the reload thread and the watcher (§15)."""
         from joulepool.deployment.config import TOKENS
 
         self._seen = _signature(self.folder / TOKENS)
@@ -130,7 +130,7 @@ class Reloader:
             threading.Thread(target=target, name=name, daemon=True).start()
 
     def stop(self) -> None:
-        """Stop both threads and remove the pid file (ours only)."""
+        """Stop both threads and remove the pid file, ours only (§15)."""
         self._stopping.set()
         self.request()
         path = self.folder / PID
@@ -139,7 +139,7 @@ class Reloader:
                 path.unlink()
 
     def request(self) -> None:
-        """SIGHUP: ask for a reload. Safe in a signal handler: one write, no lock."""
+        """SIGHUP: ask for a reload (§15). Safe in a signal handler: one write, no lock."""
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"\0")  # a full pipe has a reload waiting already
 
@@ -172,7 +172,7 @@ class Reloader:
     # -- one reload ------------------------------------------------------------------------
 
     def reload(self, trigger: str) -> Outcome:
-        """Reload the tokens, then on a SIGHUP `pool.toml`, each on its own, and record the
+        """Reload the tokens, then on a SIGHUP `pool.toml`, each on its own (§15); record the
         outcome. Tokens refused against the tree in force are tried again once a new tree
         is, since a new token may name an entitlement only the new tree has."""
         started = time.monotonic_ns()
@@ -257,7 +257,7 @@ class Reloader:
 
 def read_status(folder: Path) -> Outcome | None:
     """The last SIGHUP reload's outcome `pool serve` wrote in `folder`, or None if none is
-    there or it cannot be read as one (`pool reload DIR`)."""
+    there or it cannot be read as one (`pool reload DIR`, docs/reliability.md §15)."""
     try:
         doc = json.loads((folder / STATUS).read_text(encoding="utf-8"))
         return Outcome(

@@ -57,7 +57,8 @@ class Service:
     stop_hooks: list[Callable[[], None]] = field(default_factory=list)
 
     def tree(self) -> Tree:
-        """The tree in force: the pool's, or the one read at start while replay runs."""
+        """The tree in force, which token scopes are checked against (API.md, Tokens): the
+        pool's, or the one read at start while replay runs."""
         pool = self.pool
         if pool is not None:
             return pool.tree

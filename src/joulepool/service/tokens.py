@@ -377,7 +377,8 @@ class TokenBook:
         return len(self._entries)
 
     def scopes(self) -> list[tuple[str, str]]:
-        """Each token's name and scope, in the file's order (never a hash)."""
+        """Each token's name and scope, in the file's order, never a hash (API.md, Tokens):
+        what a new tree is checked against (docs/reliability.md §15)."""
         return [(p.name, p.scope) for _, p, _ in self._entries]
 
     def principal(self, token: str, at_ms: int | None = None) -> Principal | None:
