@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -300,6 +301,17 @@ def test_pool_reload_needs_a_running_service(tmp_path: Path) -> None:
     done = pool_cli("reload", str(deployment.folder))
     assert done.returncode == 1 and "not running" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+    # Nor is a process that took the number since: it is never sent the signal.
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        pid_file.write_text(f"{other.pid}\n")
+        done = pool_cli("reload", str(deployment.folder))
+        assert done.returncode == 1 and "not running pool serve" in done.stderr, done.stderr
+        time.sleep(0.2)
+        assert other.poll() is None  # SIGHUP would have ended it
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_an_expired_token_stays_expired_with_the_clock_behind_the_ledger(tmp_path: Path) -> None:

@@ -366,6 +366,13 @@ def _reload(args: argparse.Namespace) -> int:
         raise ReloadRefused(f"{folder / PID} names no process: {exc}") from None
     if pid <= 0:
         raise ReloadRefused(f"{folder / PID} names no process: {pid}")
+    if not _is_pool_serve(pid):
+        # A pid file left by a killed service may name a process that reused the number:
+        # never signal that (SIGHUP ends most programs).
+        raise ReloadRefused(
+            f"{folder / PID} names pid {pid}, which is not running pool serve "
+            "(pool serve was killed?)"
+        )
     sent = time.monotonic_ns()
     try:
         os.kill(pid, signal.SIGHUP)
@@ -395,6 +402,26 @@ def _reload(args: argparse.Namespace) -> int:
         lambda c: c.print(f"reloaded (pool serve pid {pid})"),
     )
     return 0
+
+
+def _is_pool_serve(pid: int) -> bool:
+    """Whether `pid` runs `pool serve` (its command line, where /proc shows it; elsewhere
+    only that it exists): what `pool reload` may signal (docs/reliability.md §15)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        if Path("/proc/self").exists():
+            return False  # /proc is there and the process is not
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    except OSError:
+        return False
+    return b"serve" in args and any(b"joulepool" in a or a.endswith(b"pool") for a in args)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
