@@ -129,6 +129,7 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
     ops = deployment.operator
     probes: list[tuple[float, float]] = []  # (started, seconds)
     decisions: list[tuple[float, float, int]] = []
+    seen: list[tuple[float, int]] = []  # (asked, the period's length in force)
     stop = threading.Event()
 
     def probe() -> None:
@@ -151,6 +152,9 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
                 began = time.monotonic()
                 r = http.post(f"/v1/claims/during-{i}/release", json=RELEASE)
                 decisions.append((began, time.monotonic() - began, r.status_code))
+                began = time.monotonic()
+                usage = http.get("/v1/entitlements/vision").json()["usage"]
+                seen.append((began, usage["period"]["end_ms"] - usage["period"]["start_ms"]))
                 i += 1
                 time.sleep(0.1)
 
@@ -189,6 +193,13 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
         assert max(s for _, s in probes) < 1.0, probes  # one begun before the SIGHUP too
         assert len(answered) >= 3 and max(answered) < 1.0, answered
         assert codes == {200}, decisions
+        # The old period answered until the switch, the new one from it: never both ways.
+        lengths = [length for _, length in seen]
+        month = lengths[0]
+        assert month > DAY_MS and lengths[-1] == DAY_MS, lengths
+        switch = lengths.index(DAY_MS)
+        assert set(lengths[switch:]) == {DAY_MS} and set(lengths[:switch]) == {month}, lengths
+        assert sum(1 for asked, _ in seen[:switch] if asked > sent + 0.5) >= 3, seen
         # Decided under the new period from the switch on; what was admitted meanwhile is
         # in the ledger and in the usage, none lost to the switch.
         assert period_ms(serve, ops) == DAY_MS
