@@ -121,6 +121,7 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
     tmp_path: Path,
 ) -> None:
     deployment = Deployment.create(tmp_path / "d")
+    spare = deployment.add_token("spare", "operator")
     # Claims a minute apart over the last three weeks: monthly and daily periods group them
     # differently, so the replay is real work.
     entries = seed_ledger(deployment, CLAIMS, now_ms() - 21 * DAY_MS, 60_000)
@@ -171,6 +172,17 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
         time.sleep(0.3)
         serve.proc.send_signal(signal.SIGHUP)
         serve.proc.send_signal(signal.SIGHUP)
+        # A revoke while the replay runs is in force within a second, not behind it.
+        revoked = pool_cli("token", "revoke", str(deployment.folder), "spare")
+        assert revoked.returncode == 0, revoked.stderr
+        revoked_at = time.monotonic()
+        assert said(serve, "configuration reloaded") == 0, "the replay ended before the revoke"
+        with serve.client(spare) as http:
+            while http.get("/v1/entitlements").status_code != 401:
+                assert time.monotonic() < revoked_at + 1.5, serve.output()[-2000:]
+                time.sleep(0.02)
+        revoke_s = time.monotonic() - revoked_at
+        replaying = said(serve, "configuration reloaded") == 0
         wait_for(lambda: said(serve, "configuration reloaded") >= 1, 120, serve)
         replayed_s = time.monotonic() - sent
         wait_for(lambda: said(serve, "configuration reloaded") >= 2, 60, serve)
@@ -185,7 +197,8 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
         print(
             f"RELOAD entries={entries} replay_s={replayed_s:.2f} probes={len(during)} "
             f"probe_max_s={max(during, default=0):.3f} decisions={len(answered)} "
-            f"decision_max_s={max(answered, default=0):.3f}"
+            f"decision_max_s={max(answered, default=0):.3f} revoke_s={revoke_s:.2f} "
+            f"revoke_during_replay={replaying}"
         )
         # The replay took visible time, and neither the loop nor the commit path waited on it.
         assert replayed_s > 1.5, replayed_s
@@ -193,6 +206,7 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
         assert max(s for _, s in probes) < 1.0, probes  # one begun before the SIGHUP too
         assert len(answered) >= 3 and max(answered) < 1.0, answered
         assert codes == {200}, decisions
+        assert replaying, "the revoke waited for the replay"
         # The old period answered until the switch, the new one from it: never both ways.
         lengths = [length for _, length in seen]
         month = lengths[0]
@@ -224,6 +238,7 @@ def test_a_period_change_is_replayed_while_the_service_answers_under_the_old_one
         _figures.extra["period_replay_s"] = round(replayed_s, 2)
         _figures.extra["healthz_max_s_during_replay"] = round(max(during), 3)
         _figures.extra["decision_max_s_during_replay"] = round(max(answered), 3)
+        _figures.extra["revoke_s_during_replay"] = round(revoke_s, 2)
     finally:
         stop.set()
         serve.kill()
