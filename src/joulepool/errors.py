@@ -80,6 +80,14 @@ class InvalidTokens(InvalidInput):
         self.line = line
 
 
+class ReloadRefused(PoolError):
+    """`pool reload DIR`: the running `pool serve` refused what it read, or cannot be
+    reached (docs/reliability.md §15); the detail is its own words. The old configuration
+    and tokens stay in force."""
+
+    code = "reload_refused"
+
+
 class AttributionRefused(PoolError):
     """A device total could not be divided: no occupants, or no weight (standard §2.5)."""
 

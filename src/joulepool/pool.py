@@ -40,7 +40,7 @@ from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.released import ReleasedClaims
-from joulepool.ledger.replay import replay
+from joulepool.ledger.replay import Replayer, replay
 from joulepool.ledger.rollback import HighWater, Mark
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.snapshot import (
@@ -956,26 +956,45 @@ class Pool:
         self._replayer.extend(raw, event)
         return result, raw
 
-    def reload(self, config: Rules, *, before: Callable[[], None] | None = None) -> None:
+    def rebuild(self, config: Rules) -> Replayer | None:
+        """The ledger replayed under `config`'s period schedule, or None when the schedule
+        in force is the same (DESIGN.md §3: a changed schedule regroups history, never what
+        the ledger says). Runs outside the commit lock, on the caller's thread, while this
+        pool goes on deciding under the configuration in force: a long ledger costs the
+        reload time, never the service's answers. Hand the result to `reload`, which folds
+        what was appended meanwhile and switches in one step."""
+        if config.period == self.state.schedule:
+            return None
+        return replay(
+            self.store.entries(),
+            self.key.kid,
+            self.keys,
+            config.tree,
+            schedule=config.period,
+        )
+
+    def reload(
+        self,
+        config: Rules,
+        *,
+        before: Callable[[], None] | None = None,
+        rebuilt: Replayer | None = None,
+    ) -> None:
         """Put a changed `pool.toml` in force: its tree, period schedule, idle policy and
         evidence count; the ledger is kept (§6.1). The steward is checked at the start only.
 
         A changed schedule regroups history, never what the ledger says (DESIGN.md §3): the
-        ledger is replayed again under it, and the old state stays if that fails. `before`
-        runs next, under the commit lock, so no decision falls between it and the change;
-        if it raises, nothing changes.
+        ledger is replayed again under it, by `rebuild` beforehand (`rebuilt`, off the
+        commit lock) or here, and the old state stays if that fails. Under the commit lock,
+        with no decision waiting for its append, the rebuilt state folds what was appended
+        since it read the ledger, and `before` runs next, so no decision falls between it
+        and the switch, and none sees a state half built; if it raises, nothing changes.
         """
         tree, period = config.tree, config.period
         with self._settled():
             replayer = None
             if period != self.state.schedule:
-                replayer = replay(
-                    self.store.entries(),
-                    self.key.kid,
-                    self.keys,
-                    tree,
-                    schedule=period,
-                )
+                replayer = self._caught_up(rebuilt, config)
                 index = self.state.claims
                 if index is not None:
                     # Which claims were released does not depend on the schedule: the index
@@ -994,6 +1013,28 @@ class Pool:
                 self._replayer = replayer
             self.idle_policy = config.idle
             self.required_evidence = config.required_evidence
+
+    def _caught_up(self, rebuilt: Replayer | None, config: Rules) -> Replayer:
+        """Under the commit lock, settled: `rebuilt` carried on to the store's end, or the
+        ledger replayed here when there is none for this configuration. A rebuild whose
+        entries are not this ledger's any more (an append it read was taken back since) is
+        refused: the reload changes nothing, and the next one rebuilds afresh."""
+        if rebuilt is None or rebuilt.state.schedule != config.period:
+            return replay(
+                self.store.entries(), self.key.kid, self.keys, config.tree, schedule=config.period
+            )
+        if self.store.shared is not None:
+            self._catch_up()  # another replica's entries: the rebuild may have read them
+        if rebuilt.length > self._replayer.length or (
+            rebuilt.length > 0 and self.head_at(rebuilt.length) != rebuilt.head
+        ):
+            raise StoreError(
+                f"the ledger changed under the reload's replay at {rebuilt.length} entries "
+                "(an append it read was taken back): nothing was changed; reload again"
+            )
+        for raw in self.store.entries(rebuilt.length):
+            rebuilt.feed(raw)
+        return rebuilt
 
     def entries(self, start: int = 0) -> Iterator[bytes]:
         """The ledger's entries from `start`, as stored."""

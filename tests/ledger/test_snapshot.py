@@ -456,3 +456,36 @@ def test_design_s4_a_start_from_a_snapshot_reads_only_the_tail_of_the_ledger_fil
         pool.close()
     monkeypatch.undo()
     assert state_of(open_pool(folder, read_only=True)) == full_replay(folder)
+
+
+def test_design_s3_a_rebuild_off_the_lock_takes_in_what_was_appended_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """A changed period is replayed before the switch (`Pool.rebuild`), while the pool goes
+    on deciding under the schedule in force; the switch folds what was appended since the
+    rebuild read the ledger, and its released claims reach the index (docs/reliability.md
+    §15): the state is the one a replay from entry 0 under the new schedule gives."""
+    from joulepool.deployment.config import CONFIG, read_config
+    from joulepool.periods import Schedule
+
+    folder = deployment(tmp_path)
+    pool = open_pool(folder, snapshot_every=EVERY)
+    try:
+        old = pool.state.schedule
+        config = dataclasses.replace(read_config(folder / CONFIG), period=Schedule("week"))
+        rebuilt = pool.rebuild(config)
+        assert rebuilt is not None and rebuilt.length == pool.length
+        # Meanwhile: decided under the schedule in force, a release among them.
+        running = pool.state.open_claims()[0]
+        pool.release(running, Energy(4, Grade.HwShunt))
+        pool.submit(Claim("during", "vision", 1, 1, Energy(5, Grade.Estimator), "train"))
+        assert pool.state.schedule == old and rebuilt.length == pool.length - 2
+        pool.reload(config, rebuilt=rebuilt)
+        assert pool.state.schedule == Schedule("week") and pool.state.length == rebuilt.length
+        with pytest.raises(Exception, match="was released already"):
+            pool.release(running, Energy(4, Grade.HwShunt))
+        pool.release("during", Energy(4, Grade.HwShunt))
+        assert pool.rebuild(config) is None  # nothing to rebuild under the schedule in force
+    finally:
+        pool.close()
+    assert state_of(open_pool(folder, read_only=True)) == full_replay(folder)

@@ -1,13 +1,13 @@
 """Tokens and transport: `pool token list` (names, scopes, created, expires,
-never the secret), `pool token revoke NAME`, `--expires`; a running service takes changes on
-SIGHUP; tokens.toml stays strictly checked, `created` and `expires` included."""
+never the secret), `pool token revoke NAME`, `--expires`; a running service takes changes by
+itself (tokens.toml is watched); tokens.toml stays strictly checked, `created` and `expires`
+included."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import signal
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -41,7 +41,10 @@ def test_token_list_shows_names_scopes_and_dates_never_the_secret(tmp_path: Path
     assert hashlib.sha256(made["token"].encode()).hexdigest() not in text
 
 
-def test_revoke_and_sighup_stop_a_running_service_taking_a_token(tmp_path: Path) -> None:
+def test_a_revoke_stops_a_running_service_taking_a_token_within_a_second(
+    tmp_path: Path,
+) -> None:
+    """tokens.toml is watched (docs/reliability.md §15): no SIGHUP is needed."""
     d = Deployment.create(tmp_path / "d")
     spare = d.add_token("spare", "operator")
     serve = start_serve(d.folder)
@@ -49,15 +52,18 @@ def test_revoke_and_sighup_stop_a_running_service_taking_a_token(tmp_path: Path)
         with serve.client(spare) as c:
             assert c.get("/v1/entitlements").status_code == 200
         r = pool_cli("token", "revoke", str(d.folder), "spare")
-        assert r.returncode == 0 and "SIGHUP" in r.stdout
-        serve.proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10
+        assert r.returncode == 0 and "within a second" in r.stdout
+        revoked = time.monotonic()
         status = 200
-        while time.monotonic() < deadline and status != 401:
-            with serve.client(spare) as c:
+        with serve.client(spare) as c:
+            while time.monotonic() < revoked + 10 and status != 401:
                 status = c.get("/v1/entitlements").status_code
-            time.sleep(0.05)
-        assert status == 401
+                time.sleep(0.02)
+        took = time.monotonic() - revoked
+        print(f"RELOAD revoke_in_force_s={took:.2f}")
+        # The watcher looks every 0.5 s; the rest is scheduling on a shared machine.
+        assert status == 401 and took < 1.5, (status, took)
+        assert "tokens reloaded" in serve.output()
         with serve.client(d.operator) as c:
             assert c.get("/v1/entitlements").status_code == 200
         wrong = pool_cli("token", "revoke", str(d.folder), "opz")

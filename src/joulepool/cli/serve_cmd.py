@@ -96,6 +96,7 @@ def build_service(
         folder / WITNESSES,
         config_digest=digest,
         max_device_power_w=config.max_device_power_w,
+        start_tree=config.tree,
     )
 
 
@@ -128,13 +129,9 @@ def _serve(args: argparse.Namespace) -> int:
     require("serve", "pool serve")
     if args.postgres:
         require("postgres", "pool serve --postgres")
-    import uvicorn
-
     from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment.config import CONFIG, TOKENS, read_config
     from joulepool.errors import InvalidInput, PoolError
     from joulepool.service.app import create_app
-    from joulepool.service.connections import bounded_protocol
     from joulepool.service.limits import (
         ConnectionLimits,
         Limits,
@@ -142,7 +139,6 @@ def _serve(args: argparse.Namespace) -> int:
         raise_descriptor_limit,
     )
     from joulepool.service.tls import tls_options
-    from joulepool.service.tokens import TokenBook, read_tokens
 
     folder = deployment_dir(args.dir)
     tls = tls_options(args.tls_cert, args.tls_key, args.tls_client_ca)
@@ -183,30 +179,16 @@ def _serve(args: argparse.Namespace) -> int:
     access = None if args.no_access_log else (sys.stderr, args.log_format)
     app = create_app(service, limits=limits, access_log=access)
 
-    def reload(_signum: int, _frame: object) -> None:
-        # A changed tree, period or token list takes effect; a broken one is refused and the
-        # old stays, whole: nothing is applied before everything has been read. The tokens
-        # are checked against the new tree, so a tree that drops an entitlement a token
-        # names refuses the reload as a whole (API.md, Tokens).
-        try:
-            config = read_config(folder / CONFIG)
-            tokens = TokenBook(read_tokens(folder / TOKENS, config.tree))
-            # On PostgreSQL a changed pool.toml is recorded for every replica in the same
-            # step (docs/reliability.md §8).
-            service.reload(config)
-        except PoolError as exc:
-            print(
-                f"pool serve: error: reload refused, keeping the old configuration: {exc}",
-                file=sys.stderr,
-                flush=True,
-            )
-            return
-        service.tokens = tokens
-        print("pool serve: configuration reloaded", file=sys.stderr)
-        if service.pool is not None:
-            from joulepool.deployment.open import put_pending_in_force, say
+    # SIGHUP wakes the reload thread and returns: the event loop never waits for a reload,
+    # however long a replay under a new [period] takes (docs/reliability.md §15). Tokens
+    # and pool.toml are each reloaded on their own; tokens.toml is also watched.
+    from joulepool.service.reloads import Reloader
 
-            put_pending_in_force(folder, service.pool, say("pool serve"))
+    reloader = Reloader(service, folder)
+    service.stop_hooks.append(reloader.stop)
+
+    def reload(_signum: int, _frame: object) -> None:
+        reloader.request()
 
     signal.signal(signal.SIGHUP, reload)
     if args.host not in ("127.0.0.1", "::1", "localhost"):
@@ -219,6 +201,26 @@ def _serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    reloader.start()
+    try:
+        _run_uvicorn(app, args, connections, log_config, tls)
+    finally:
+        reloader.stop()
+    return 0
+
+
+def _run_uvicorn(
+    app: Any,
+    args: argparse.Namespace,
+    connections: Any,
+    log_config: dict[str, Any],
+    tls: dict[str, Any],
+) -> None:
+    """uvicorn, with the bounds `pool serve` promises (API.md)."""
+    import uvicorn
+
+    from joulepool.service.connections import bounded_protocol
+
     uvicorn.run(
         app,
         host=args.host,
@@ -237,7 +239,6 @@ def _serve(args: argparse.Namespace) -> int:
         limit_concurrency=None,
         **tls,
     )
-    return 0
 
 
 def _log_config(level: str) -> dict[str, Any]:
@@ -325,19 +326,102 @@ def _token_list(args: argparse.Namespace) -> int:
 def _token_revoke(args: argparse.Namespace) -> int:
     from joulepool.cli.paths import deployment_dir
     from joulepool.deployment.config import CONFIG, TOKENS, read_config
+    from joulepool.errors import PoolError
     from joulepool.service.tokens import revoke_token
 
     folder = deployment_dir(args.dir)
-    gone = revoke_token(folder / TOKENS, args.name, read_config(folder / CONFIG).tree)
+    try:
+        tree: Any = read_config(folder / CONFIG).tree
+    except PoolError as exc:
+        # A revoke must never wait for pool.toml to be mended (docs/reliability.md §15).
+        print(f"pool: warning: {exc}; scopes not checked against the tree", file=sys.stderr)
+        tree = None
+    gone = revoke_token(folder / TOKENS, args.name, tree)
     emit(
         args,
         {"revoked": gone.name, "scope": gone.scope},
         lambda c: c.print(
             f"revoked token {gone.name!r} ({gone.scope}); a running pool serve stops taking it "
-            "once sent SIGHUP (kill -HUP <pid>)"
+            "within a second"
         ),
     )
     return 0
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """`pool reload DIR`: SIGHUP the `pool serve` running on DIR and wait for its word
+    (docs/reliability.md §15)."""
+    import time
+
+    from joulepool.cli.paths import deployment_dir
+    from joulepool.errors import ReloadRefused
+    from joulepool.service.reloads import PID, STATUS, read_status
+
+    folder = deployment_dir(args.dir)
+    try:
+        pid = int((folder / PID).read_text(encoding="ascii").strip())
+    except FileNotFoundError:
+        raise ReloadRefused(f"no pool serve is running on {folder} (no {PID})") from None
+    except (OSError, ValueError) as exc:
+        raise ReloadRefused(f"{folder / PID} names no process: {exc}") from None
+    if pid <= 0:
+        raise ReloadRefused(f"{folder / PID} names no process: {pid}")
+    if not _is_pool_serve(pid):
+        # A pid file left by a killed service may name a process that reused the number:
+        # never signal that (SIGHUP ends most programs).
+        raise ReloadRefused(
+            f"{folder / PID} names pid {pid}, which is not running pool serve "
+            "(pool serve was killed?)"
+        )
+    sent = time.monotonic_ns()
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        raise ReloadRefused(
+            f"{folder / PID} names pid {pid}, which is not running (pool serve was killed?)"
+        ) from None
+    except PermissionError:
+        raise ReloadRefused(f"pid {pid} ({folder / PID}) is not ours to signal") from None
+    deadline = time.monotonic() + args.timeout_s
+    while True:
+        status = read_status(folder)
+        # Only a reload that began after this signal read the files as they are now.
+        if status is not None and status.pid == pid and status.started_ns >= sent:
+            break
+        if time.monotonic() >= deadline:
+            raise ReloadRefused(
+                f"pid {pid} sent SIGHUP, and no outcome in {args.timeout_s:g} s "
+                f"({folder / STATUS}); see its log"
+            )
+        time.sleep(0.05)
+    if not status.ok:
+        raise ReloadRefused(status.message)
+    emit(
+        args,
+        {"reloaded": True, "pid": pid, "count": status.count},
+        lambda c: c.print(f"reloaded (pool serve pid {pid})"),
+    )
+    return 0
+
+
+def _is_pool_serve(pid: int) -> bool:
+    """Whether `pid` runs `pool serve` (its command line, where /proc shows it; elsewhere
+    only that it exists): what `pool reload` may signal (docs/reliability.md §15)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        if Path("/proc/self").exists():
+            return False  # /proc is there and the process is not
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    except OSError:
+        return False
+    return b"serve" in args and any(b"joulepool" in a or a.endswith(b"pool") for a in args)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -457,6 +541,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(handler=_serve)
 
+    r = sub.add_parser(
+        "reload",
+        help="have the pool serve running on DIR reload pool.toml and tokens.toml, and say "
+        "whether it took them (exit 0) or refused them (exit 1, with its reason)",
+    )
+    r.add_argument("dir", metavar="DIR", help="the deployment folder")
+    r.add_argument(
+        "--timeout-s",
+        type=_positive(float),
+        default=120.0,
+        help="seconds to wait for the outcome (a [period] change replays the ledger)",
+    )
+    add_json(r)
+    r.set_defaults(handler=_reload)
+
     t = sub.add_parser("token", help="bearer tokens for pool serve")
     tsub = t.add_subparsers(dest="token_command", metavar="SUBCOMMAND", required=True)
     a = tsub.add_parser("add", help="create a token, print it once, store only its hash")
@@ -481,7 +580,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json(a)
     a.set_defaults(handler=_token_list)
 
-    a = tsub.add_parser("revoke", help="remove a token; a running pool serve drops it on SIGHUP")
+    a = tsub.add_parser(
+        "revoke", help="remove a token; a running pool serve drops it within a second"
+    )
     a.add_argument("dir", metavar="DIR")
     a.add_argument("name", metavar="NAME")
     add_json(a)

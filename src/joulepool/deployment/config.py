@@ -6,6 +6,8 @@
     DIR/ledger.cbor      the ledger file (the entries as a CBOR sequence)
     DIR/witnesses/       witness receipts that verified, with the witnesses' public keys
     DIR/tokens.toml      bearer-token hashes for `pool serve`
+    DIR/pool.serve.pid   the running `pool serve`'s pid; DIR/pool.reload.json its last
+                         SIGHUP reload's outcome (`service.reloads`, `pool reload DIR`)
 
 Reading the configuration is strict: an unknown key, a float, a negative figure or a broken
 tree is refused naming the file, the node and the field, and nothing is half-applied.

@@ -227,16 +227,13 @@ class LedgerState:
             self._closed.flush(self._length)
 
     def keep_released_in(self, claims: ReleasedClaims) -> None:
-        """Hold the released claims in `claims` instead of the heap: an index already holding
-        exactly these (a replay of the same ledger under another period schedule, whose
-        released claims are the same; §6.4). Raises `ValueError` when it does not."""
+        """Hold the released claims in `claims` instead of the heap: an index holding these
+        (a replay of the same ledger under another period schedule, whose released claims
+        are the same; §6.4), to where it reaches (`ReleasedClaims.take_over`). Raises
+        `ValueError` when it does not."""
         if not isinstance(self._closed, dict):
             raise ValueError("the released claims are already in an index")
-        if claims.covers != self._length or len(claims) != len(self._closed):
-            raise ValueError(
-                f"the claim index holds {len(claims)} released claims to {claims.covers}, "
-                f"the fold {len(self._closed)} to {self._length}"
-            )
+        claims.take_over(self._closed, self._length)
         self._closed = claims
 
     @property

@@ -10,7 +10,7 @@ module is the part the ledger's fold, replay and snapshots rely on, and does no 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from joulepool.errors import PoolError, StoreError
 from joulepool.ledger.cose import GENESIS
@@ -120,6 +120,28 @@ class ReleasedClaims:
         self._rebase(length)
         self.base = length
         return True
+
+    def take_over(self, closed: Mapping[str, tuple[int, int]], length: int) -> None:
+        """Hold the released claims of a fold that reached `length` with `closed` in memory:
+        a replay of the same ledger under another period schedule, whose released claims
+        are the same (§6.4; DESIGN.md §3, budget periods). The stored rows are facts about
+        the ledger whoever wrote them, and on a store shared by replicas another replica may
+        have written past this one's fold, or this fold may have read past the rows: they
+        are trusted to the shorter of the two lengths, and the fold's rows after it wait for
+        the next flush. Raises `ValueError` when the stored rows are not
+        the fold's."""
+        reach, before = min(self.covers, length), self.base
+        if not self.rebase(reach):
+            raise ValueError(f"the claim index does not reach {reach}")
+        stored = self._count()
+        earlier = sum(1 for seqs in closed.values() if seqs[1] < reach)
+        if stored != earlier:
+            self.base = before
+            raise ValueError(
+                f"the claim index holds {stored} released claims below {reach}, the fold {earlier}"
+            )
+        self._pending = {c: seqs for c, seqs in closed.items() if seqs[1] >= reach}
+        self._batch = bool(self._pending)
 
     def reset(self) -> None:
         """Start again from nothing, for a replay from entry 0 (DESIGN.md §4)."""

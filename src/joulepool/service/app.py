@@ -93,12 +93,21 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.add_middleware(Boundary, tokens=lambda: service.tokens, limits=limits or Limits())
+    app.add_middleware(
+        Boundary,
+        tokens=lambda: service.tokens,
+        limits=limits or Limits(),
+        clock=service.token_clock_ms,
+    )
     if access_log is not None:
         # Added last, so outermost: the boundary's refusals are logged too.
         app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])
     app.state.service = service
-    app.state.metrics = Metrics(lambda: service.pool, lambda: service.witnesses)
+    app.state.metrics = Metrics(
+        lambda: service.pool,
+        lambda: service.witnesses,
+        lambda: (service.last_reload_ok, service.last_reload_success_ms),
+    )
     app.state.timeline = timeline
     app.state.dashboard_workers = dashboard_workers
     app.state.reference = None

@@ -64,8 +64,15 @@ def bearer(headers: list[tuple[bytes, bytes]]) -> str | None:
 class Boundary:
     """ASGI middleware: authentication before the body, then a bounded, timed body read."""
 
-    def __init__(self, app: ASGIApp, tokens: Callable[[], TokenBook], limits: Limits) -> None:
-        self.app, self.tokens, self.limits = app, tokens, limits
+    def __init__(
+        self,
+        app: ASGIApp,
+        tokens: Callable[[], TokenBook],
+        limits: Limits,
+        clock: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        # `clock`: the instant an `expires` is judged at (`TokenBook.principal`).
+        self.app, self.tokens, self.limits, self.clock = app, tokens, limits, clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Let a request through only once it is authenticated and its body is in hand."""
@@ -78,7 +85,7 @@ class Boundary:
             if token is None:
                 await refuse(send, 401, "unauthorized", "send Authorization: Bearer <token>")
                 return
-            who = self.tokens().principal(token)
+            who = self.tokens().principal(token, self.clock())
             if who is None:
                 await refuse(send, 401, "unauthorized", "unknown token")
                 return

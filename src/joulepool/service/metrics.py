@@ -102,9 +102,20 @@ def exported_names() -> set[str]:
         "pool_fsyncs_total",
         "pool_appends_total",
         "pool_verdicts_total",
+        "pool_config_last_reload_successful",
+        "pool_config_last_reload_success_timestamp_seconds",
     }
     names |= {f"pool_commit_seconds{s}" for s in ("_bucket", "_sum", "_count", "_created")}
     return names
+
+
+ReloadState = Callable[[], tuple[bool, int | None]]
+"""Whether the last reload put everything it read in force, and when the last one that did
+finished (ms since the epoch; None: none since start)."""
+
+
+def _no_reloads() -> tuple[bool, int | None]:
+    return True, None
 
 
 class _PoolCollector(Collector):
@@ -119,11 +130,29 @@ class _PoolCollector(Collector):
         verdicts: VerdictBook,
         witnesses: Callable[[], Path | None],
         tenant: Principal | None = None,
+        reloads: ReloadState = _no_reloads,
     ) -> None:
         self._pool = pool
         self._verdicts = verdicts
         self._witnesses = witnesses
         self._tenant = tenant
+        self._reloads = reloads
+
+    def _reload_gauges(self) -> Iterator[Metric]:
+        """The last reload's outcome, named as Prometheus names its own
+        (docs/reliability.md §15): 0 while the files on disk are not what is in force."""
+        ok, success_ms = self._reloads()
+        yield GaugeMetricFamily(
+            "pool_config_last_reload_successful",
+            "Whether the last reload (SIGHUP or a tokens.toml change) was put in force whole",
+            value=1 if ok else 0,
+        )
+        if success_ms is not None:
+            yield GaugeMetricFamily(
+                "pool_config_last_reload_success_timestamp_seconds",
+                "When the last reload that was put in force whole finished",
+                value=seconds(success_ms),
+            )
 
     def _visible(self, pool: Pool) -> Callable[[str], bool]:
         tenant = self._tenant
@@ -134,6 +163,8 @@ class _PoolCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """The current period's usage (DESIGN.md §3), the verdicts and, for the whole pool, the
         ledger (§6.1, §6.8), as API.md "Metrics" lists them."""
+        if self._tenant is None:
+            yield from self._reload_gauges()
         pool = self._pool()
         if pool is None:
             return
@@ -224,7 +255,10 @@ class Metrics:
     """The service's registry, its instruments and its verdicts."""
 
     def __init__(
-        self, pool: Callable[[], Pool | None], witnesses: Callable[[], Path | None]
+        self,
+        pool: Callable[[], Pool | None],
+        witnesses: Callable[[], Path | None],
+        reloads: ReloadState = _no_reloads,
     ) -> None:
         self._pool = pool
         self._witnesses = witnesses
@@ -236,7 +270,7 @@ class Metrics:
             registry=self.registry,
             buckets=COMMIT_BUCKETS,
         )
-        self.registry.register(_PoolCollector(pool, self.verdicts, witnesses))
+        self.registry.register(_PoolCollector(pool, self.verdicts, witnesses, reloads=reloads))
 
     def exposition(self, who: Principal) -> bytes:
         """The Prometheus text `who` may read (API.md, Additions): everything for an operator

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from joulepool.errors import ClockFault, PoolError, StoreError
+from joulepool.errors import ClockFault, InvalidInput, PoolError, StoreError
 from joulepool.pool import Pool
 from joulepool.service.committer import Committer
 from joulepool.service.deps import ApiError
-from joulepool.service.tokens import TokenBook
+from joulepool.service.tokens import TokenBook, scope_problem
+from joulepool.tree import Tree
 
 if TYPE_CHECKING:
     from joulepool.deployment.config import Config
@@ -46,6 +47,28 @@ class Service:
     # The code /readyz last answered 503 with, so a change is logged once, not every probe.
     unready: str | None = None
     stopping: bool = False
+    # The tree tokens are checked against until the ledger is replayed (then the pool's).
+    start_tree: Tree | None = None
+    # The last reload's outcome, as Prometheus exports its own (docs/reliability.md §15).
+    last_reload_ok: bool = True
+    last_reload_success_ms: int | None = None
+    # Run when the service stops (the reload thread, the pid file): uvicorn re-raises the
+    # signal that stopped it once the lifespan has ended, so nothing after it would run.
+    stop_hooks: list[Callable[[], None]] = field(default_factory=list)
+
+    def tree(self) -> Tree:
+        """The tree in force, which token scopes are checked against (API.md, Tokens): the
+        pool's, or the one read at start while replay runs."""
+        pool = self.pool
+        if pool is not None:
+            return pool.tree
+        return self.start_tree if self.start_tree is not None else Tree([])
+
+    def reloaded(self, ok: bool, at_ms: int) -> None:
+        """Record a reload's outcome for `/metrics` (docs/reliability.md §15)."""
+        self.last_reload_ok = ok
+        if ok:
+            self.last_reload_success_ms = at_ms
 
     def start(self) -> None:
         """Replay the ledger (§6.1); only then is the service ready. A store that cannot be
@@ -91,13 +114,37 @@ class Service:
             # Not fatal: /readyz keeps asking, and every append checks again.
             log.error("%s: %s", exc.code, exc)
 
+    def _tokens_fit(self, config: Config) -> None:
+        """Refuse a tree that drops an entitlement a token in force names (API.md, Tokens):
+        that token would act on nothing, and a later tree could give the name to another
+        team. Revoke the token first."""
+        for name, scope in self.tokens.scopes():
+            problem = scope_problem(scope, config.tree)
+            if problem is not None:
+                raise InvalidInput(
+                    "pool.toml",
+                    f"the token {name!r} in force: {problem}; revoke it "
+                    "(`pool token revoke DIR NAME`) before the tree drops its entitlement",
+                )
+
+    def token_clock_ms(self) -> int:
+        """The instant a token's `expires` is judged at: the wall clock, never before the
+        ledger's last entry (DESIGN.md §3, time faults; docs/reliability.md §15), so a
+        clock set back cannot bring an expired token back to life."""
+        wall = time.time_ns() // 1_000_000
+        pool = self.pool
+        return wall if pool is None else max(wall, pool.state.last_at_ms)
+
     def reload(self, config: Config) -> None:
-        """Put a changed pool.toml in force (SIGHUP); raises `PoolError` and changes nothing
-        if it cannot. On a store shared by replicas, a pool.toml whose digest changed with
-        this reload is recorded as the one the ledger is decided under, in the same step,
-        under the commit lock: the other replicas decide nothing until they are reloaded
-        with the same file (docs/reliability.md). A reload that changes nothing here
-        records nothing, so a routine SIGHUP never overrides the other replicas."""
+        """Put a changed pool.toml in force (SIGHUP; docs/reliability.md §8, §15); raises
+        `PoolError` and changes nothing if it cannot. A changed [period] is replayed here,
+        outside the commit lock, while the old configuration goes on deciding, and put in
+        force in one step under it (`Pool.rebuild`, `Pool.reload`). On a store shared by
+        replicas, a pool.toml whose digest changed with this reload is recorded as the one
+        the ledger is decided under, in the same step, under the commit lock: the other
+        replicas decide nothing until they are reloaded with the same file (a replica given
+        the file another recorded records the same digest again). A reload that changes
+        nothing here records nothing, so a routine SIGHUP never overrides the others."""
         from joulepool.deployment.config import config_digest
 
         pool = self.pool
@@ -106,6 +153,7 @@ class Service:
                 "the ledger is not replayed yet (or failed to start): the configuration "
                 "was not reloaded; send SIGHUP again once /readyz says ready"
             )
+        self._tokens_fit(config)
         digest = config_digest(config)
         store = pool.store
         before: Callable[[], None] | None = None
@@ -116,9 +164,12 @@ class Service:
             def before() -> None:
                 adopt(digest)
 
+        # The long part, a replay under a changed [period], runs here, on the reload's own
+        # thread, while the configuration in force goes on deciding (§15).
+        rebuilt = pool.rebuild(config)
         old = shared.config_digest if shared is not None else None
         try:
-            pool.reload(config, before=before)
+            pool.reload(config, before=before, rebuilt=rebuilt)
         except BaseException:
             if shared is not None and shared.config_digest != old:
                 # Recorded, but not put in force here: decide nothing rather than decide
@@ -172,6 +223,8 @@ class Service:
     def stop(self) -> None:
         """Commit what is queued, then release the store."""
         self.stopping = True
+        for hook in self.stop_hooks:
+            hook()
         if self.committer is not None:
             self.committer.close()
         if self.pool is not None:

@@ -191,7 +191,7 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _entry(table: object, tree: Tree, file: str, line: int) -> TokenEntry:
+def _entry(table: object, tree: Tree | None, file: str, line: int) -> TokenEntry:
     """One `[[token]]` table, checked (API.md, Tokens)."""
     if not isinstance(table, dict) or not _FIELDS <= set(table) <= _FIELDS | _OPTIONAL:
         keys = sorted(map(str, table)) if isinstance(table, dict) else []
@@ -214,8 +214,12 @@ def _entry(table: object, tree: Tree, file: str, line: int) -> TokenEntry:
         )
     if len(digest) != 64 or not set(digest) <= _HEX:
         raise InvalidTokens(file, line, "sha256 must be 64 lowercase hex digits")
-    problem = scope_problem(scope, tree)
-    if problem is not None:
+    if tree is None:
+        # No tree to check against (a revoke beside a broken pool.toml): the shape only.
+        tenant = scope[len(TENANT_PREFIX) :] if scope.startswith(TENANT_PREFIX) else None
+        if scope not in (OPERATOR, METRICS) and (not tenant or _stray(tenant)):
+            raise InvalidTokens(file, line, f"scope {scope!r} is not a scope: {_SCOPES}")
+    elif (problem := scope_problem(scope, tree)) is not None:
         raise InvalidTokens(file, line, f"scope {problem}")
     return TokenEntry(name, digest, scope, when.get("expires"), when.get("created"))
 
@@ -274,10 +278,11 @@ def _write_tokens(path: Path, entries: list[TokenEntry]) -> None:
         raise InvalidTokens(str(path), None, f"cannot write: {exc.strerror}") from None
 
 
-def revoke_token(path: Path, name: str, tree: Tree) -> TokenEntry:
-    """Remove the token named `name` (`pool token revoke DIR NAME`); a running
-    service stops taking it at its next SIGHUP. Refused, naming the closest names, when no
-    token has that name."""
+def revoke_token(path: Path, name: str, tree: Tree | None) -> TokenEntry:
+    """Remove the token named `name` (`pool token revoke DIR NAME`); a running service
+    stops taking it within a second (docs/reliability.md §15). Refused, naming the closest
+    names, when no token has that name. With no `tree` (pool.toml cannot be read), the
+    scopes are checked for their shape only: a broken pool.toml never holds a revoke back."""
     entries = read_tokens(path, tree)
     found = [e for e in entries if e.name == name]
     if not found:
@@ -288,8 +293,9 @@ def revoke_token(path: Path, name: str, tree: Tree) -> TokenEntry:
     return found[0]
 
 
-def read_tokens(path: Path, tree: Tree) -> list[TokenEntry]:
-    """Read `tokens.toml` and check it against `tree`, the tree being served (API.md, Tokens).
+def read_tokens(path: Path, tree: Tree | None) -> list[TokenEntry]:
+    """Read `tokens.toml` and check it against `tree`, the tree being served (API.md, Tokens);
+    with None, each scope's shape only (`revoke_token`).
 
     A missing file is no tokens (every request is then 401). Anything else wrong refuses
     the file as a whole (`InvalidTokens`, naming the file and the line of the `[[token]]`
@@ -363,23 +369,38 @@ class TokenBook:
 
     def __init__(self, entries: list[TokenEntry]) -> None:
         self._entries = [
-            (
-                bytes.fromhex(e.sha256),
-                Principal(e.name, e.scope),
-                None if e.expires is None else e.expires.timestamp(),
-            )
+            (bytes.fromhex(e.sha256), Principal(e.name, e.scope), _epoch_ms(e.expires))
             for e in entries
         ]
 
-    def principal(self, token: str) -> Principal | None:
-        """The principal a bearer token names, or None for an unknown or expired one."""
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def scopes(self) -> list[tuple[str, str]]:
+        """Each token's name and scope, in the file's order, never a hash (API.md, Tokens):
+        what a new tree is checked against (docs/reliability.md §15)."""
+        return [(p.name, p.scope) for _, p, _ in self._entries]
+
+    def principal(self, token: str, at_ms: int | None = None) -> Principal | None:
+        """The principal a bearer token names, or None for an unknown one or one expired at
+        `at_ms` (milliseconds since the epoch; the wall clock by default). `pool serve`
+        passes the wall clock raised to the ledger's last entry (docs/reliability.md §15),
+        so a clock set back never makes an expired token work again."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
         found: Principal | None = None
-        expiry: float | None = None
+        expiry: int | None = None
         # Every entry is compared, whatever matches, so timing says nothing about which.
         for stored, principal, expires in self._entries:
             if hmac.compare_digest(stored, digest):
                 found, expiry = principal, expires
-        if expiry is not None and time.time() >= expiry:
+        now = time.time_ns() // 1_000_000 if at_ms is None else at_ms
+        if expiry is not None and now >= expiry:
             return None  # past its `expires`: answered exactly like an unknown token
         return found
+
+
+def _epoch_ms(when: datetime | None) -> int | None:
+    """`when` in whole milliseconds since the Unix epoch (DESIGN.md §2: no float), or None."""
+    if when is None:
+        return None
+    return (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
