@@ -597,6 +597,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pool ledger`."""
     p = sub.add_parser("ledger", help="verify, show, replay or recover a ledger file")
     lsub = p.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND", required=True)
+    from joulepool.cli.transparency_cmd import register_ledger
+
+    register_ledger(lsub)
 
     v = lsub.add_parser("verify", help="verify every entry; print length, head and attestation")
     _add_reading(v)

@@ -148,6 +148,10 @@ class KeySchedule:
         """Every key the steward has held, oldest first."""
         return list(self._keys)
 
+    def keys_over_time(self) -> list[tuple[int, bytes]]:
+        """(the first entry it seals, key) for every key the steward has held, oldest first."""
+        return list(zip(self._starts, self._keys, strict=True))
+
     @property
     def last_from_seq(self) -> int | None:
         """The last statement's `from_seq`, or None before any rotation."""
