@@ -65,6 +65,33 @@ def _checkpoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tiles(args: argparse.Namespace) -> int:
+    from joulepool.deployment.checkpoints import write_tiles
+    from joulepool.deployment.config import CONFIG, read_config
+    from joulepool.deployment.keys import deployment_keys
+    from joulepool.deployment.open import open_pool
+
+    folder, out = Path(args.dir), Path(args.out)
+    config = read_config(folder / CONFIG)
+    origin = config.log_origin
+    key, _ = deployment_keys(folder)
+    pool = open_pool(folder, config=config, read_only=True)
+    try:
+        signed, files = write_tiles(pool, origin, key, out)
+    finally:
+        pool.close()
+    result = {"out": str(out), "size": signed.size, "files": files, "checkpoint": signed.text}
+    emit(
+        args,
+        result,
+        lambda c: c.print(
+            f"{out}: {files} tiles and entry bundles of {signed.size} entries, and the "
+            f"checkpoint (c2sp.org/tlog-tiles)"
+        ),
+    )
+    return 0
+
+
 def register_keys(ksub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pool keys vkey`."""
     v = ksub.add_parser(
@@ -83,7 +110,7 @@ def register_keys(ksub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def register_ledger(lsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `pool ledger checkpoint`."""
+    """Add `pool ledger checkpoint` and `pool ledger tiles`."""
     c = lsub.add_parser(
         "checkpoint",
         help="print the ledger's signed checkpoint (c2sp.org/tlog-checkpoint)",
@@ -91,3 +118,11 @@ def register_ledger(lsub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     c.add_argument("dir", metavar="DIR")
     add_json(c)
     c.set_defaults(handler=_checkpoint)
+    t = lsub.add_parser(
+        "tiles",
+        help="write the ledger as static C2SP tiles and its checkpoint (c2sp.org/tlog-tiles)",
+    )
+    t.add_argument("dir", metavar="DIR")
+    t.add_argument("out", metavar="OUT", help="folder to write tile/... and checkpoint into")
+    add_json(t)
+    t.set_defaults(handler=_tiles)

@@ -10,13 +10,17 @@ statements to the current one (docs/transparency.md).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from pathlib import Path
 
 from joulepool.errors import PoolError
+from joulepool.files import write_atomically
 from joulepool.ledger.checkpoint import Checkpoint, log_verifier_key, sign_checkpoint
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.note import VerifierKey
 from joulepool.ledger.rotation import KeySchedule
+from joulepool.ledger.tiles import build_tiles
 from joulepool.pool import Pool
 
 
@@ -46,6 +50,26 @@ def current_checkpoint(pool: Pool, origin: str, key: KeyPair) -> SignedHead:
     """The checkpoint of the ledger as a decision sees it now (DESIGN.md §8)."""
     size, root = pool.merkle_head()
     return sign_head(origin, size, root, key)
+
+
+def write_tiles(pool: Pool, origin: str, key: KeyPair, out: Path) -> tuple[SignedHead, int]:
+    """Write the ledger's tiles and entry bundles (c2sp.org/tlog-tiles, `build_tiles`) under
+    `out`, then `out/checkpoint` signed for the same size, last, so a mirror that sees the
+    checkpoint finds every tile it needs (DESIGN.md §8). Returns it and the count of files.
+    One pass over the entries; memory holds the right edge only."""
+    size, root = pool.merkle_head()
+    signed = sign_head(origin, size, root, key)
+    files = 0
+    made: set[Path] = set()
+    for path, data in build_tiles(itertools.islice(pool.entries(0), size)):
+        target = out / path
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
+        target.write_bytes(data)
+        files += 1
+    write_atomically(out / "checkpoint", signed.note, 0o644)
+    return signed, files
 
 
 def verifier_keys(keys: KeySchedule, origin: str) -> list[tuple[int, VerifierKey]]:

@@ -36,6 +36,7 @@ from joulepool.service.routes import (
     entitlements,
     ledger,
     probes,
+    transparency,
     witnesses,
 )
 from joulepool.service.served import Service
@@ -43,7 +44,7 @@ from joulepool.service.timeline import Timeline
 
 __all__ = ["Service", "create_app"]
 
-ROUTERS = (claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
+ROUTERS = (transparency, claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
 """Every resource's router, in the order their routes are matched and documented."""
 
 

@@ -17,6 +17,7 @@ from joulepool.pool import Pool
 from joulepool.service.committer import Committer
 from joulepool.service.deps import ApiError
 from joulepool.service.tokens import TokenBook
+from joulepool.service.transparency import PublishedLog, origin_or_none
 
 if TYPE_CHECKING:
     from joulepool.deployment.config import Config
@@ -46,6 +47,9 @@ class Service:
     # The code /readyz last answered 503 with, so a change is logged once, not every probe.
     unready: str | None = None
     stopping: bool = False
+    # The checkpoint origin (DESIGN.md §8), None where pool.toml gives none that can be one.
+    origin: str | None = None
+    _published: PublishedLog | None = None
 
     def start(self) -> None:
         """Replay the ledger (§6.1); only then is the service ready. A store that cannot be
@@ -134,6 +138,9 @@ class Service:
             )
         self.config_digest = digest
         self.max_device_power_w = config.max_device_power_w
+        self.origin = origin_or_none(config)
+        if self._published is not None and self.origin is not None:
+            self._published.origin = self.origin
 
     def readiness(self) -> dict[str, Any]:
         """/readyz: ready once replayed and while the next write can be expected to
@@ -183,6 +190,22 @@ class Service:
             detail = self.failure or "the ledger is still being replayed"
             raise ApiError(503, "not_ready", detail)
         return self.pool
+
+    def published(self) -> PublishedLog:
+        """The ledger as a C2SP log (DESIGN.md §8), once replayed; 503 `no_origin` where
+        pool.toml gives no origin a checkpoint can carry."""
+        pool = self.ready_pool()
+        if self.origin is None:
+            raise ApiError(
+                503,
+                "no_origin",
+                "the steward's id cannot be a checkpoint origin (a space or '+'); set "
+                "[transparency] origin in pool.toml and send SIGHUP",
+            )
+        with self.lock:
+            if self._published is None or self._published.pool is not pool:
+                self._published = PublishedLog(pool, self.origin)
+            return self._published
 
     def fresh_pool(self) -> Pool:
         """The pool, caught up with every entry other replicas committed before this read."""
