@@ -207,7 +207,7 @@ class Batch:
         self.raws: list[bytes] = []
         self.start = 0
         self.head = GENESIS
-        self.merkle = CompactRange()
+        self.merkle: tuple[int, tuple[bytes, ...]] = (0, ())
         self.decided = True
         self.settled = False
 
@@ -771,7 +771,7 @@ class Pool:
             # decides the batch again after them.
             self._reread_quietly()
             batch.start, batch.head = self._replayer.length, self._replayer.head
-            batch.merkle = self._replayer.merkle.copy()
+            batch.merkle = self._replayer.merkle.state()
             try:
                 self._append_instant()
             except ClockFault as exc:
@@ -850,11 +850,11 @@ class Pool:
                 self._replayer.feed(raw)
                 # Durable already: a failure from here takes back nothing before it.
                 first.start, first.head = self._replayer.length, self._replayer.head
-                first.merkle = self._replayer.merkle.copy()
+                first.merkle = self._replayer.merkle.state()
             self.state.begin()
             for b in group:
                 b.start, b.head = self._replayer.length, self._replayer.head
-                b.merkle = self._replayer.merkle.copy()
+                b.merkle = self._replayer.merkle.state()
                 b.outcomes, b.raws, b.decided = [], [], True
                 self._decide_into(b)
             return group
@@ -862,7 +862,7 @@ class Pool:
     def _undo(self, batch: Batch) -> None:
         self.state.rollback(batch.start)
         self._replayer.head = batch.head
-        self._replayer.merkle = batch.merkle
+        self._replayer.merkle.rewind(batch.merkle)
 
     def _refuse_from(self, batch: Batch, error: PoolError) -> None:
         """The append of `batch` failed: it and every batch decided on top of it never
