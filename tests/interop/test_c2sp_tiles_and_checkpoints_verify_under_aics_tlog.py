@@ -245,10 +245,10 @@ def test_aics_tlog_verifies_the_served_checkpoint_tiles_and_proofs(
     assert answer["checkpoint_ok"] is True, answer["error"]
     assert answer["size"] == size and answer["root_from_tiles"] == answer["root"]
     assert "error" not in answer["audit"], answer["audit"]
-    for i in inclusion:
+    for i, path in inclusion.items():
         got = answer["inclusion"][str(i)]
         assert got["ours_verify"] is True and got["verifies"] is True, i
-        assert got["theirs"] == hexes(inclusion[i]), i
+        assert got["theirs"] == hexes(path), i
     for s in olds:
         got = answer["consistency"][str(s)]
         assert got["old_ok"] is True, s
