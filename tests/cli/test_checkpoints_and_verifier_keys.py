@@ -5,6 +5,8 @@ is signed by the new key, which `vkey --all` lists with the entry it signs from.
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from joulepool.deployment.open import open_pool
 from joulepool.ledger.checkpoint import open_checkpoint
 from joulepool.ledger.merkle import root_of
 from joulepool.ledger.note import NoteUnverified, VerifierKey
-from tests.support.servers import pool_cli
+from tests.support.servers import Deployment, admit_and_release, pool_cli, start_serve
 
 
 def ok(*args: str) -> str:
@@ -83,3 +85,31 @@ def test_after_a_rotation_the_checkpoint_is_signed_by_the_new_key(tmp_path: Path
     assert open_checkpoint(note, current).checkpoint.size == 2
     with pytest.raises(NoteUnverified):
         open_checkpoint(note, first)
+
+
+def test_a_served_checkpoint_is_signed_by_the_key_sighup_put_in_force(tmp_path: Path) -> None:
+    """`pool keys rotate` beside `pool serve`, then SIGHUP: the next `/checkpoint` (at most a
+    second later) verifies under the new verifier key only."""
+    deployment = Deployment.create(tmp_path / "dep")
+    folder = deployment.folder
+    serve = start_serve(folder)
+    try:
+        admit_and_release(serve, deployment.operator, 0, 1, 1_000)
+        first = VerifierKey.parse(ok("keys", "vkey", str(folder)).strip())
+        with serve.client(None) as anyone:
+            assert open_checkpoint(anyone.get("/checkpoint").content, first).checkpoint.size == 2
+            assert ok_json("keys", "rotate", str(folder))["state"] == "pending"
+            serve.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 30
+            while (folder / "steward.key.next").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not (folder / "steward.key.next").exists(), serve.output()
+            current = VerifierKey.parse(ok("keys", "vkey", str(folder)).strip())
+            assert current != first
+            time.sleep(1.1)  # past the served checkpoint's cache
+            note = anyone.get("/checkpoint").content
+        assert open_checkpoint(note, current).checkpoint.size == 2
+        with pytest.raises(NoteUnverified):
+            open_checkpoint(note, first)
+    finally:
+        serve.kill(signal.SIGTERM)

@@ -64,6 +64,8 @@ class PublishedLog:
         cached = self._cached
         if not fresh and cached is not None and now - cached[0] < CHECKPOINT_MAX_AGE_S:
             return cached[1]
+        # A replica of a shared ledger signs what every replica appended, not its own view.
+        self.pool.catch_up()
         size, root = self.pool.merkle_head()
         self.follow(size)
         if size and range_hash(0, size, self.index) != root:
