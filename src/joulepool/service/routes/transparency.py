@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from joulepool.errors import InvalidInput
@@ -148,12 +148,22 @@ def _size_param(request: Request, name: str) -> int | None:
     tags=["transparency"],
 )
 def consistency(
-    request: Request, _who: Principal = Depends(principal), service: Service = Depends(served)
+    request: Request,
+    _from: str | None = Query(
+        None, alias="from", description="the size of the tree held: a whole number, at least 1"
+    ),
+    _to: str | None = Query(
+        None, alias="to", description="the size to prove to; default the current size"
+    ),
+    _who: Principal = Depends(principal),
+    service: Service = Depends(served),
 ) -> Response:
     """An RFC 9162 §2.1.4 consistency proof from the tree of `from` entries to that of `to`
     (default: the current size), with a checkpoint of `to` signed now (DESIGN.md §8). Any
     token: the proof holds hashes only. `from` must be in [1, to]: RFC 9162 defines no proof
     from the empty tree."""
+    # Read from the query string itself, strictly (the declared parameters document it):
+    # a repeated one is refused, not the last taken.
     old = _size_param(request, "from")
     new = _size_param(request, "to")
     if old is None:
