@@ -197,3 +197,25 @@ def test_admission_seq_is_the_entrys_leaf_index(served: tuple[Deployment, Serve]
         state = ops.get("/v1/claims/language/lang-1").json()
     assert proof["claim"] == "language/lang-1"
     assert proof["entries"][0]["index"] == state["admitted_seq"] == 2 * CLAIMS
+
+
+def test_a_tenants_claim_named_proof_is_still_read_by_its_ledger_id(
+    served: tuple[Deployment, Serve],
+) -> None:
+    """`GET /v1/claims/<root>/proof` was the state of a tenant's claim named `proof` before
+    the proof route; where no claim `<root>` exists, it still is."""
+    deployment, serve = served
+    with serve.client(deployment.tenants["robotics"]) as robotics:
+        body = {
+            "id": "proof",
+            "entitlement": "robotics",
+            "gang_size": 1,
+            "devices_per_member": 1,
+            "estimate": {"uj": 10, "grade": "HwShunt"},
+        }
+        assert robotics.post("/v1/claims", json=body).json()["verdict"] == "admit"
+        assert robotics.get("/v1/claims/proof/proof").json()["entries"][0]["kind"] == "Admitted"
+    with serve.client(deployment.operator) as ops:
+        state = ops.get("/v1/claims/robotics/proof")
+        assert state.status_code == 200, state.text
+        assert state.json()["claim"] == "robotics/proof" and state.json()["state"] == "running"

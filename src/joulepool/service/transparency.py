@@ -46,7 +46,8 @@ class PublishedLog:
     _cached: tuple[float, SignedHead] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _read(self, start: int, count: int) -> list[bytes]:
+    def read(self, start: int, count: int) -> list[bytes]:
+        """The ledger's entries [start, start + count), as stored (what the tiles hold)."""
         return list(itertools.islice(self.pool.entries(start), count))
 
     @property
@@ -54,7 +55,7 @@ class PublishedLog:
         """The tile index, created at first use."""
         with self._lock:
             if self._index is None:
-                self._index = TileIndex(self._read)
+                self._index = TileIndex(self.read)
             return self._index
 
     def head(self, *, fresh: bool = False) -> SignedHead:

@@ -104,7 +104,18 @@ def claim_proof(
     from joulepool.claim_id import shown_id
 
     pool = service.fresh_pool()
-    state = visible_claim(pool, who, claim_id)
+    try:
+        state = visible_claim(pool, who, claim_id)
+    except ApiError as unknown:
+        # Before this route, `GET /v1/claims/<root>/proof` was the state of a tenant's claim
+        # named `proof`: where no claim `<root>` is, it still is.
+        from joulepool.views.claims import claim_json
+
+        try:
+            named = visible_claim(pool, who, f"{claim_id}/proof")
+        except ApiError:
+            raise unknown from None
+        return JSONResponse(claim_json(named, shown_id(who.tenant, named.claim)))
     published = service.published()
     signed = published.head(fresh=True)
     index = published.index
@@ -113,7 +124,7 @@ def claim_proof(
         seqs.append(("Released", state.released_seq))
     entries: list[dict[str, Any]] = []
     for kind, seq in seqs:
-        raw = published._read(seq, 1)
+        raw = published.read(seq, 1)
         proof = inclusion_proof(seq, signed.size, index)
         entries.append(
             {
