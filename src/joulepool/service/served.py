@@ -82,7 +82,24 @@ class Service:
         self.committer = Committer(pool)
         self.pool = pool
         self._agree(pool)
+        self._index_in_background()
         log.info("ready: %s, %d entries replayed", pool.store.name, pool.length)
+
+    def _index_in_background(self) -> None:
+        """Bring the tile index up to the ledger once, off any request (DESIGN.md §8): the
+        first `/checkpoint` after a start then waits for no hash of the whole ledger."""
+        if self.origin is None:
+            return
+        published = self.published()
+
+        def run() -> None:
+            try:
+                published.follow(published.pool.length)
+            except Exception as exc:
+                # A cache: the first request that needs it builds it, or answers why not.
+                log.warning("tile index not built at start: %s", exc)
+
+        threading.Thread(target=run, name="tile-index", daemon=True).start()
 
     def _agree(self, pool: Pool) -> None:
         """On a shared store, record this replica's configuration, or learn it differs."""
