@@ -4,6 +4,7 @@ is signed by the new key, which `vkey --all` lists with the entry it signs from.
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import time
@@ -17,6 +18,7 @@ from joulepool.deployment.open import open_pool
 from joulepool.ledger.checkpoint import open_checkpoint
 from joulepool.ledger.merkle import root_of
 from joulepool.ledger.note import NoteUnverified, VerifierKey
+from joulepool.ledger.rotation import KeySchedule
 from tests.support.servers import Deployment, admit_and_release, pool_cli, start_serve
 
 
@@ -111,5 +113,14 @@ def test_a_served_checkpoint_is_signed_by_the_key_sighup_put_in_force(tmp_path: 
         assert open_checkpoint(note, current).checkpoint.size == 2
         with pytest.raises(NoteUnverified):
             open_checkpoint(note, first)
+        # The rotation, as a checker who trusts only the first key follows it.
+        with serve.client(deployment.tenants["vision"]) as tenant:
+            listed = tenant.get("/v1/ledger/keys").json()
+        assert [k["vkey"] for k in listed["keys"]] == [first.encode(), current.encode()]
+        assert [k["from_seq"] for k in listed["keys"]] == [0, 2]
+        assert listed["keys"][0]["statement_b64"] is None
+        statements = [base64.b64decode(k["statement_b64"]) for k in listed["keys"][1:]]
+        schedule = KeySchedule.verified(listed["steward"], first.public_key, statements)
+        assert schedule.current_key == current.public_key
     finally:
         serve.kill(signal.SIGTERM)

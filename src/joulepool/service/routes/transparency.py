@@ -139,6 +139,37 @@ def claim_proof(
     )
 
 
+@router.get("/v1/ledger/keys", responses=ERRORS, tags=["transparency"])
+def ledger_keys(
+    _who: Principal = Depends(principal), service: Service = Depends(served)
+) -> Response:
+    """Every steward key as a signed-note verifier key, with the entry it signs from and,
+    after the first, the rotation statement the key before it signed (DESIGN.md §4, §8): a
+    checker who trusts the first key verifies each statement in turn to trust the next, and
+    then the checkpoints that key signs. Any token."""
+    from joulepool.deployment.checkpoints import verifier_keys
+
+    published = service.published()
+    keys = published.pool.keys
+    statements: list[bytes | None] = [None, *keys.statements]
+    listed = verifier_keys(keys, published.origin)
+    return JSONResponse(
+        {
+            "origin": published.origin,
+            "steward": keys.steward,
+            "keys": [
+                {
+                    "from_seq": start,
+                    "vkey": vkey.encode(),
+                    "public_key_hex": vkey.public_key.hex(),
+                    "statement_b64": None if raw is None else _b64(raw),
+                }
+                for (start, vkey), raw in zip(listed, statements, strict=True)
+            ],
+        }
+    )
+
+
 def _size_param(request: Request, name: str) -> int | None:
     """Query parameter `name` as a tree size, or None when absent; 422 naming it otherwise."""
     values = request.query_params.getlist(name)
