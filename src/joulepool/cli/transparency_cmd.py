@@ -93,7 +93,7 @@ def _tiles(args: argparse.Namespace) -> int:
 
 
 def register_keys(ksub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `pool keys vkey`."""
+    """Add `pool keys vkey` (DESIGN.md §8, c2sp.org/signed-note)."""
     v = ksub.add_parser(
         "vkey",
         help="print the steward's signed-note verifier key (c2sp.org/signed-note), named by "
@@ -110,7 +110,8 @@ def register_keys(ksub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def register_ledger(lsub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `pool ledger checkpoint` and `pool ledger tiles`."""
+    """Add `pool ledger checkpoint` and `pool ledger tiles` (DESIGN.md §8,
+    c2sp.org/tlog-checkpoint, c2sp.org/tlog-tiles)."""
     c = lsub.add_parser(
         "checkpoint",
         help="print the ledger's signed checkpoint (c2sp.org/tlog-checkpoint)",

@@ -34,7 +34,7 @@ class SignedHead:
 
     @property
     def text(self) -> str:
-        """The signed note as served (`text/plain; charset=utf-8`)."""
+        """The signed note as served (`text/plain; charset=utf-8`, API.md "Transparency")."""
         return self.note.decode("utf-8")
 
 

@@ -149,7 +149,8 @@ class KeySchedule:
         return list(self._keys)
 
     def keys_over_time(self) -> list[tuple[int, bytes]]:
-        """(the first entry it seals, key) for every key the steward has held, oldest first."""
+        """(the first entry it seals, key) for every key the steward has held, oldest first
+        (DESIGN.md §4, key rotation)."""
         return list(zip(self._starts, self._keys, strict=True))
 
     @property

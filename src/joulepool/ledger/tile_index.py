@@ -51,7 +51,7 @@ class TileIndex:
 
     @property
     def size(self) -> int:
-        """How many leaves the index covers."""
+        """How many leaves the index covers: the largest tree size it serves (RFC 9162 §2.1.1)."""
         return self._size
 
     def follow(self, entries: Iterable[bytes], upto: int) -> None:

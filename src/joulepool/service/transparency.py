@@ -47,12 +47,13 @@ class PublishedLog:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def read(self, start: int, count: int) -> list[bytes]:
-        """The ledger's entries [start, start + count), as stored (what the tiles hold)."""
+        """The ledger's entries [start, start + count), as stored: what entry bundles and
+        level-0 tiles hold (c2sp.org/tlog-tiles)."""
         return list(itertools.islice(self.pool.entries(start), count))
 
     @property
     def index(self) -> TileIndex:
-        """The tile index, created at first use."""
+        """The tile index (c2sp.org/tlog-tiles, `ledger/tile_index.py`), created at first use."""
         with self._lock:
             if self._index is None:
                 self._index = TileIndex(self.read)
@@ -84,7 +85,8 @@ class PublishedLog:
         return sign_head(self.origin, size, range_hash(0, size, self.index), self.pool.key)
 
     def follow(self, size: int) -> None:
-        """Bring the tile index up to `size` entries of the ledger."""
+        """Bring the tile index up to `size` entries of the ledger (c2sp.org/tlog-tiles: tiles
+        only grow to the right)."""
         index = self.index
         if index.size < size:
             index.follow(self.pool.entries(index.size), size)
