@@ -15,7 +15,9 @@ it costs at size. Prints one JSON object.
 - index_follow_s_<N>: the tile index `pool serve` keeps, brought from 0 to N entries (its
   first /checkpoint after a start); inclusion_proof_us / consistency_proof_us: the median
   time of one proof at that size, from the index (reads of 256 entries included), and
-  inclusion_proof_hashes / consistency_proof_hashes and their bytes as JSON.
+  inclusion_proof_hashes / consistency_proof_hashes and their bytes as JSON;
+  level0_tile_us / entry_bundle_us: the median time to produce a full level-0 tile or entry
+  bundle from a cold read of its 256 entries.
 """
 
 from __future__ import annotations
@@ -169,6 +171,16 @@ def tiles(entries: int, root: Path) -> dict[str, float]:
             proof = consistency_proof(old, n, index)
             con.append(time.perf_counter() - t0)
             con_len = max(con_len, len(proof))
+        tile_s, bundle_s = [], []
+        for _ in range(PROOFS):
+            t = rng.randrange(n // 256)
+            index._leaves.clear()  # a cold read each time, as for a mirror's first fetch
+            t0 = time.perf_counter()
+            assert index.tile(0, t, 256) is not None
+            tile_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            assert index.entry_bundle(t, 256) is not None
+            bundle_s.append(time.perf_counter() - t0)
     finally:
         store.close()
     label = {2_000_000: "2m"}.get(n, str(n))
@@ -177,6 +189,8 @@ def tiles(entries: int, root: Path) -> dict[str, float]:
         f"tiles_s_{label}": round(took, 2),
         f"tiles_files_{label}": report["files"],
         f"index_follow_s_{label}": round(follow_s, 2),
+        "level0_tile_us": round(statistics.median(tile_s) * 1e6, 1),
+        "entry_bundle_us": round(statistics.median(bundle_s) * 1e6, 1),
         "inclusion_proof_us": round(statistics.median(inc) * 1e6, 1),
         "inclusion_proof_hashes": inc_len,
         "inclusion_proof_json_bytes": inc_len * b64,

@@ -76,17 +76,27 @@ def tile(path: str, request: Request, service: Service = Depends(served)) -> Res
                 403, "forbidden", "entry bundles name every tenant's claims: operators only"
             )
     published = service.published()
-    published.follow(published.pool.length)
     index = published.index
-    if wanted.level is None:
-        data = index.entry_bundle(wanted.index, wanted.width)
-    else:
-        data = index.tile(wanted.level, wanted.index, wanted.width)
+
+    def read() -> bytes | None:
+        if wanted.level is None:
+            return index.entry_bundle(wanted.index, wanted.width)
+        return index.tile(wanted.level, wanted.index, wanted.width)
+
+    published.follow(published.pool.length)
+    data = read()
+    if data is None:
+        # Past what this process has seen: a replica of a shared ledger looks again first.
+        published.follow(service.fresh_pool().length)
+        data = read()
     if data is None:
         raise ApiError(
             404, "tile_not_found", f"{wanted.path()} is past the ledger's {index.size} entries"
         )
-    cache = "public, max-age=31536000, immutable" if wanted.width == 256 else "no-cache"
+    # A full tile never changes; an entry bundle was read with an operator's token, so no
+    # shared cache may hand it to anyone else.
+    scope = "private" if wanted.level is None else "public"
+    cache = f"{scope}, max-age=31536000, immutable" if wanted.width == 256 else "no-cache"
     return Response(data, media_type=TILE, headers={"Cache-Control": cache})
 
 
