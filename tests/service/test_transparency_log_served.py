@@ -219,3 +219,15 @@ def test_a_tenants_claim_named_proof_is_still_read_by_its_ledger_id(
         state = ops.get("/v1/claims/robotics/proof")
         assert state.status_code == 200, state.text
         assert state.json()["claim"] == "robotics/proof" and state.json()["state"] == "running"
+
+
+@pytest.mark.parametrize("claim", ["%00", "a" * 5000, "%FF%FE", "..%2F..", "x/y/z", "%E2%80%AE"])
+def test_a_hostile_claim_id_is_answered_as_the_claims_state_answers_it(
+    served: tuple[Deployment, Serve], claim: str
+) -> None:
+    deployment, serve = served
+    with serve.client(deployment.tenants["vision"]) as tenant:
+        proof = tenant.get(f"/v1/claims/{claim}/proof")
+        state = tenant.get(f"/v1/claims/{claim}")
+    assert proof.status_code < 500 and state.status_code < 500
+    assert (proof.status_code, proof.json()["error"]) == (state.status_code, state.json()["error"])
