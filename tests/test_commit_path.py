@@ -22,6 +22,7 @@ from joulepool.admission import Admit, Queue
 from joulepool.claim import Claim
 from joulepool.errors import ClaimError, DiskFull, PoolError, StoreError
 from joulepool.grade import Energy, Grade
+from joulepool.ledger.merkle import root_of
 from joulepool.ledger.replay import replay
 from joulepool.pool import Decision, Outcome, Pool, Release, ReleaseRequest
 from joulepool.service.committer import Committer
@@ -49,6 +50,8 @@ def same_as_replay(pool: Pool) -> None:
     for ent in ("a", "b", "c"):
         assert pool.usage_of(ent) == again.state.usage.of(ent)
     assert pool.state.open_claims() == again.state.open_claims()
+    # The Merkle tree (DESIGN.md §8) is taken back with the state: it covers the file as is.
+    assert pool.merkle_head() == (again.merkle.size, root_of(pool.store.entries()))
 
 
 class WrittenButRefused(FileStore):

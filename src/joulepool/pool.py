@@ -16,6 +16,7 @@ again before the next decision. Readers wait for a state with nothing left to ta
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from joulepool.ledger.cose import GENESIS, open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
 from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.merkle import CompactRange
 from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.replay import Replayer, replay
 from joulepool.ledger.rollback import HighWater, Mark
@@ -193,10 +195,11 @@ class Rules(Protocol):
 class Batch:
     """Operations decided together and the entries they sealed, waiting for the one append
     that makes them durable (DESIGN.md §5): what `Pool.decide` returns and `Pool.persist`
-    takes. `start` and `head` are the ledger's length and head before its first entry;
-    `decided` is False for one left to be decided inside the append's critical section."""
+    takes. `start`, `head` and `merkle` are the ledger's length, head and Merkle tree
+    (DESIGN.md §8) before its first entry; `decided` is False for one left to be decided
+    inside the append's critical section."""
 
-    __slots__ = ("decided", "head", "ops", "outcomes", "raws", "settled", "start")
+    __slots__ = ("decided", "head", "merkle", "ops", "outcomes", "raws", "settled", "start")
 
     def __init__(self, ops: Sequence[Claim | ReleaseRequest]) -> None:
         self.ops = ops
@@ -204,6 +207,7 @@ class Batch:
         self.raws: list[bytes] = []
         self.start = 0
         self.head = GENESIS
+        self.merkle: tuple[int, tuple[bytes, ...]] = (0, ())
         self.decided = True
         self.settled = False
 
@@ -325,7 +329,7 @@ class Pool:
 
     def _verified_snapshot(
         self, store: Store, steward: str, keys: KeySchedule, tree: Tree, period: Schedule
-    ) -> tuple[tuple[LedgerState, bytes] | None, list[Mark]]:
+    ) -> tuple[tuple[LedgerState, bytes, CompactRange] | None, list[Mark]]:
         """The state and head of the newest snapshot that counts (DESIGN.md §4), and the
         marks of signed snapshots longer than the ledger. One that fails is logged and
         skipped, never used in part: it costs time, never a wrong usage."""
@@ -351,17 +355,30 @@ class Pool:
                     continue
                 if head_at(store, snap.length) != snap.head:
                     raise SnapshotRefused("its head is not the ledger's head at its length")
+                merkle = self._merkle_of(store, snap.length, copy.merkle, where)
                 claims = self._claims
                 reaches = claims is not None and claims.covers >= snap.length
                 state = decode_state(snap, tree, period, claims if reaches else None, copy)
                 if state.claims is not None:
                     state.claims.rebase(snap.length)  # rows past it are the tail's again
-                return (state, snap.head), marks
+                return (state, snap.head, merkle), marks
             except SnapshotRefused as exc:
                 warning = f"{where} ignored: {exc}"
                 self.snapshot_warnings.append(warning)
                 log.warning("%s", warning)
         return None, marks
+
+    @staticmethod
+    def _merkle_of(
+        store: Store, length: int, kept: tuple[int, tuple[bytes, ...]] | None, where: str
+    ) -> CompactRange:
+        """The Merkle tree over the first `length` entries (DESIGN.md §8): the snapshot's,
+        or, for a snapshot written before the tree was kept, rebuilt from the entries' bytes
+        as stored (the tree's very definition; one hash an entry, no replay of the fold)."""
+        if kept is not None:
+            return CompactRange.from_state(*kept)
+        log.info("%s keeps no Merkle tree (an earlier version's): rebuilt from the ledger", where)
+        return CompactRange.from_leaves(itertools.islice(store.entries(0), length))
 
     # -- what the ledger says -------------------------------------------------------------
 
@@ -444,6 +461,14 @@ class Pool:
         """Length and head, read together."""
         with self._settled():
             return self._replayer.length, self._replayer.head
+
+    def merkle_head(self) -> tuple[int, bytes]:
+        """The Merkle tree's size and RFC 9162 root over the ledger's entries as stored,
+        read together under the state a decision sees (DESIGN.md §8): what a checkpoint
+        signs. The size is the ledger's length."""
+        with self._settled():
+            merkle = self._replayer.merkle
+            return merkle.size, merkle.root()
 
     def catch_up(self) -> int:
         """Fold in what other replicas appended since this one last looked; the new length.
@@ -746,6 +771,7 @@ class Pool:
             # decides the batch again after them.
             self._reread_quietly()
             batch.start, batch.head = self._replayer.length, self._replayer.head
+            batch.merkle = self._replayer.merkle.state()
             try:
                 self._append_instant()
             except ClockFault as exc:
@@ -824,9 +850,11 @@ class Pool:
                 self._replayer.feed(raw)
                 # Durable already: a failure from here takes back nothing before it.
                 first.start, first.head = self._replayer.length, self._replayer.head
+                first.merkle = self._replayer.merkle.state()
             self.state.begin()
             for b in group:
                 b.start, b.head = self._replayer.length, self._replayer.head
+                b.merkle = self._replayer.merkle.state()
                 b.outcomes, b.raws, b.decided = [], [], True
                 self._decide_into(b)
             return group
@@ -834,6 +862,7 @@ class Pool:
     def _undo(self, batch: Batch) -> None:
         self.state.rollback(batch.start)
         self._replayer.head = batch.head
+        self._replayer.merkle.rewind(batch.merkle)
 
     def _refuse_from(self, batch: Batch, error: PoolError) -> None:
         """The append of `batch` failed: it and every batch decided on top of it never
@@ -1049,6 +1078,7 @@ class Pool:
         offsets = self.store.offsets
         if offsets is not None and copy.length > 0:
             copy = copy._replace(bounds=offsets.bounds(copy.length - 1))
+        copy = copy._replace(merkle=self._replayer.merkle.state())
         head, key, at_ms = self._replayer.head, self.key, self.now_ms()
         schedule, folder = self.state.schedule, self._snapshots
         assert folder is not None

@@ -412,7 +412,7 @@ def test_design_s4_a_snapshot_naming_the_wrong_bytes_for_its_last_entry_costs_ti
     def moved(body: list[object]) -> list[object]:
         bounds = body[8]
         assert isinstance(bounds, list)
-        return [*body[:8], [bounds[0] + shift[0], bounds[1] + shift[1]]]
+        return [*body[:8], [bounds[0] + shift[0], bounds[1] + shift[1]], *body[9:]]
 
     _resealed(folder, newest, moved)
     reopened = open_pool(folder, read_only=True)

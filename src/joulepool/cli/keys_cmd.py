@@ -1,4 +1,4 @@
-"""`pool keys new | public | rotate`: Ed25519 keys as COSE_Key files, and a deployment's
+"""`pool keys new | public | rotate | vkey`: Ed25519 keys as COSE_Key files, and a deployment's
 steward key replaced by a rotation statement (DESIGN.md §4)."""
 
 from __future__ import annotations
@@ -139,3 +139,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_json(r)
     r.set_defaults(handler=_rotate)
+    from joulepool.cli.transparency_cmd import register_keys
+
+    register_keys(ksub)

@@ -71,6 +71,7 @@ def _with_progress(total: int, run: Callable[[Callable[[int], None] | None], Rep
 
 def _verify(args: argparse.Namespace) -> int:
     from joulepool.errors import InvalidInput, LedgerRefused
+    from joulepool.ledger.note import b64encode
     from joulepool.ledger.rollback import HighWaterMissing, LedgerRolledBack
     from joulepool.ledger.rotation import RotationRefused
 
@@ -125,6 +126,9 @@ def _verify(args: argparse.Namespace) -> int:
         "writer_pid": store.writer_pid,
         "rotations": len(replayer.keys.statements),
         "snapshots": snapshots,
+        # DESIGN.md §8: the tree a checkpoint of this ledger signs, rebuilt by this replay.
+        "tree_size": replayer.merkle.size,
+        "root_hash": b64encode(replayer.merkle.root()),
     }
     for row in snapshots:
         # A snapshot the replay never reached (length 0, or past the ledger) was not compared.
@@ -141,6 +145,10 @@ def _verify(args: argparse.Namespace) -> int:
             f"ledger {args.file}: {replayer.length} entries verified (signatures, chain, events)"
         )
         c.print(f"steward {key.kid}, head {replayer.head.hex()}")
+        c.print(
+            f"Merkle tree (C2SP): size {replayer.merkle.size}, "
+            f"root {b64encode(replayer.merkle.root())}"
+        )
         if replayer.keys.statements:
             c.print(
                 f"steward keys: {len(replayer.keys.statements)} rotation statements verified "
@@ -589,6 +597,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pool ledger`."""
     p = sub.add_parser("ledger", help="verify, show, replay or recover a ledger file")
     lsub = p.add_subparsers(dest="ledger_command", metavar="SUBCOMMAND", required=True)
+    from joulepool.cli.transparency_cmd import register_ledger
+
+    register_ledger(lsub)
 
     v = lsub.add_parser("verify", help="verify every entry; print length, head and attestation")
     _add_reading(v)

@@ -60,6 +60,7 @@ def build_service(
     from joulepool.pool import SNAPSHOT_EVERY, SNAPSHOT_SECONDS, Pool
     from joulepool.service.app import Service
     from joulepool.service.tokens import TokenBook, read_tokens
+    from joulepool.service.transparency import origin_or_none
 
     config = read_config(folder / CONFIG)
     # The key in force after the deployment's rotation statements (DESIGN.md §4).
@@ -97,6 +98,7 @@ def build_service(
         config_digest=digest,
         max_device_power_w=config.max_device_power_w,
         start_tree=config.tree,
+        origin=origin_or_none(config),
     )
 
 

@@ -40,7 +40,7 @@ LEDGER = "ledger.cbor"
 WITNESSES = "witnesses"
 TOKENS = "tokens.toml"
 
-_TOP_KEYS = {"pool", "idle", "period", "entitlement"}
+_TOP_KEYS = {"pool", "idle", "period", "entitlement", "transparency"}
 _POOL_KEYS = {"steward", "required_evidence", "max_device_power_w", "max_clock_gap"}
 
 
@@ -59,6 +59,26 @@ class Config:
     max_clock_gap: int | None = None
     """Seconds the clock may be ahead of the last entry at start before it is a `clock_jump`
     (DESIGN.md §3). None: unset, and the default of 31 days applies (`clock_gap_ms`)."""
+    origin: str | None = None
+    """`[transparency] origin`: the checkpoint's origin line and the name of the steward's
+    signed-note key (DESIGN.md §8). None: unset, and `joulepool/<steward>` applies."""
+
+    @property
+    def log_origin(self) -> str:
+        """The origin checkpoints carry (DESIGN.md §8, c2sp.org/tlog-checkpoint): the
+        configured one, else `joulepool/<steward>`, refused where the steward's id cannot
+        make a key name (a space or '+' in it) so the operator sets one."""
+        from joulepool.ledger.note import NoteRefused, check_key_name
+
+        origin = self.origin if self.origin is not None else f"joulepool/{self.steward}"
+        try:
+            return check_key_name(origin, "transparency.origin")
+        except NoteRefused as exc:
+            raise InvalidInput(
+                "transparency.origin",
+                f"{exc.detail}; the default is joulepool/<steward>, so set [transparency] "
+                "origin where the steward's id has a space or '+'",
+            ) from None
 
     @property
     def clock_gap_ms(self) -> int:
@@ -121,7 +141,26 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc.field}", exc.detail.rsplit(": ", 1)[-1]) from None
     tree = parse_tree(doc.get("entitlement"), where)
-    return Config(steward, tree, policy, required, period, ceiling, gap)
+    return Config(steward, tree, policy, required, period, ceiling, gap, _origin(doc, where))
+
+
+def _origin(doc: Mapping[str, Any], where: str) -> str | None:
+    """`[transparency] origin`, a c2sp.org/tlog-checkpoint origin line that is also a
+    c2sp.org/signed-note key name (DESIGN.md §8); None when unset."""
+    from joulepool.ledger.note import NoteRefused, check_key_name
+
+    table = doc.get("transparency", {})
+    if not isinstance(table, Mapping) or set(table) - {"origin"}:
+        raise InvalidInput(f"{where}: transparency", "a table of origin only")
+    if "origin" not in table:
+        return None
+    origin = table["origin"]
+    if not isinstance(origin, str):
+        raise InvalidInput(f"{where}: transparency.origin", "must be a string")
+    try:
+        return check_key_name(origin, "origin")
+    except NoteRefused as exc:
+        raise InvalidInput(f"{where}: transparency.origin", exc.detail) from None
 
 
 def config_digest(config: Config) -> bytes:
@@ -132,7 +171,8 @@ def config_digest(config: Config) -> bytes:
     layout of the file do not change it, and neither does the steward (its key is checked
     on its own). The release ceiling `max_device_power_w` is covered where it is set, so
     replicas refuse the same figures; unset, it leaves the digest as the rest makes it. So
-    does `max_clock_gap` (DESIGN.md §3), so existing deployments keep their digest."""
+    does `max_clock_gap` (DESIGN.md §3), and so does the checkpoint origin (DESIGN.md §8:
+    replicas must sign one log), so existing deployments keep their digest."""
     idle = config.idle
     doc: dict[str, Any] = {
         "pool.toml": 1,
@@ -145,6 +185,8 @@ def config_digest(config: Config) -> bytes:
         doc["max_device_power_w"] = config.max_device_power_w
     if config.max_clock_gap is not None:
         doc["max_clock_gap"] = config.max_clock_gap
+    if config.origin is not None:
+        doc["origin"] = config.origin
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).digest()
 

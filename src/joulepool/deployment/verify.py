@@ -77,8 +77,9 @@ def snapshot_checks(
     at its length (DESIGN.md §4), and the list their findings go to, one row a snapshot.
 
     Compared: head, length, last instant, all-time usage, open and released claims, each
-    class's evidence (§2.6), and the per-period sums when the snapshot was folded without a period schedule
-    (this replay groups by none).
+    class's evidence (§2.6), the Merkle tree (DESIGN.md §8) where it keeps one, and the
+    per-period sums when the snapshot was folded without a period schedule (this replay
+    groups by none).
     """
     from joulepool.errors import PoolError
     from joulepool.ledger.snapshot import (
@@ -120,6 +121,9 @@ def _comparison(
         if ours.closed is not None and theirs.closed is not None:
             fields.append("closed")  # each in memory; else the replay checks §6.4 itself
         differ = [f for f in fields if getattr(ours, f) != getattr(theirs, f)]
+        # DESIGN.md §8: a snapshot from before the tree was kept has none to compare.
+        if theirs.merkle is not None and theirs.merkle != replayer.merkle.state():
+            differ.append("merkle")
         if replayer.head != head:
             differ.insert(0, "head")
         row["agrees"] = not differ

@@ -385,6 +385,9 @@ class StateCopy(NamedTuple):
     bounds: tuple[int, int] | None = None
     """Where the entry before `length` lies in a ledger file (its first byte, the byte after
     its last), so a start reads only what follows; None for other stores (DESIGN.md §4)."""
+    merkle: tuple[int, tuple[bytes, ...]] | None = None
+    """The Merkle tree over the first `length` entries as `CompactRange.state()` (DESIGN.md
+    §8); None in a snapshot written before the tree was kept."""
 
 
 def capture(state: LedgerState) -> StateCopy:

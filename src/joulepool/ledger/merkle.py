@@ -123,7 +123,29 @@ class CompactRange:
 
     def append(self, leaf: bytes) -> None:
         """Add the next leaf by its bytes (RFC 9162 §2.1.1)."""
-        self.append_hash(leaf_hash(leaf))
+        # A live pool calls this for every entry it seals, under its commit lock: the hashes
+        # are inlined, with no check a hash of our own making could fail.
+        if self._size == MAX_TREE_SIZE:
+            raise MerkleRefused("size", "the tree is full at 2**64 - 1 leaves")
+        sha256 = hashlib.sha256
+        merged = sha256(b"\x00" + leaf).digest()
+        hashes = self._hashes
+        carry = self._size
+        while carry & 1:
+            merged = sha256(b"\x01" + hashes.pop() + merged).digest()
+            carry >>= 1
+        hashes.append(merged)
+        self._size += 1
+
+    def rewind(self, state: tuple[int, tuple[bytes, ...]]) -> None:
+        """Go back to an earlier `state()` of this same range: the leaves appended since are
+        taken back (a failed append, DESIGN.md §5). The hashes are the range's own, so no
+        check is needed; a state of more leaves than it has is refused."""
+        size, hashes = state
+        if size > self._size:
+            raise MerkleRefused("size", f"{size} leaves is not an earlier state of {self._size}")
+        self._size = size
+        self._hashes = list(hashes)
 
     def root(self) -> bytes:
         """MTH of the leaves so far; SHA-256 of the empty string for none (RFC 9162 §2.1.1)."""

@@ -40,6 +40,7 @@ from joulepool.ledger.cose import (
 )
 from joulepool.ledger.entry import EntryMalformed, brief, event_of
 from joulepool.ledger.fold import LedgerState
+from joulepool.ledger.merkle import CompactRange, leaf_hash
 from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.periods import NONE, Schedule
@@ -108,7 +109,8 @@ _SIGNED_PARTS = operator.attrgetter("protected", "payload", "signature")
 
 
 class Replayer:
-    """A ledger's verified state: head, length and the folded usage (§6.1).
+    """A ledger's verified state: head, length, the folded usage (§6.1) and the Merkle
+    tree over the entries as stored (DESIGN.md §8: leaf i is entry i's exact bytes).
 
     The same object serves a replay and a live pool: entries the pool seals itself go
     through `extend()`, which runs the same fold as `feed()` (DESIGN.md §5).
@@ -129,6 +131,8 @@ class Replayer:
         )
         self.state = LedgerState(tree if tree is not None else Tree([]), schedule, claims)
         self.head = GENESIS
+        # Kept beside the head and taken back with it: one right edge, at most 64 hashes.
+        self.merkle = CompactRange()
 
     @property
     def length(self) -> int:
@@ -146,10 +150,11 @@ class Replayer:
         if isinstance(outcome, Refusal):
             raise LedgerRefused(self.length, outcome.error, outcome.detail)
         core, address = outcome
-        return self.chain(core, address)
+        return self.chain(core, address, leaf_hash(raw))
 
-    def chain(self, core: dict[str, Any], address: bytes) -> Event:
-        """The last four checks, on an authenticated core, then the fold (DESIGN.md §4)."""
+    def chain(self, core: dict[str, Any], address: bytes, leaf: bytes) -> Event:
+        """The last four checks, on an authenticated core, then the fold (DESIGN.md §4) and
+        the entry's leaf hash `leaf` onto the tree (DESIGN.md §8)."""
         index = self.state.length
         seq = core.get("seq")
         if seq != index or type(seq) is not int:
@@ -167,12 +172,15 @@ class Replayer:
             raise LedgerRefused(index, "malformed", str(exc)) from None
         self.state.apply(event)
         self.head = address
+        self.merkle.append_hash(leaf)
         return event
 
     def extend(self, raw: bytes, event: Event) -> None:
-        """Fold an entry this process has just sealed at index `length` (no re-verification)."""
+        """Fold an entry this process has just sealed at index `length` (no re-verification),
+        and add it to the tree (DESIGN.md §8)."""
         self.state.apply(event)
         self.head = content_address(raw)
+        self.merkle.append(raw)
 
 
 def replay(
@@ -184,7 +192,7 @@ def replay(
     schedule: Schedule = NONE,
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
-    start: tuple[LedgerState, bytes] | None = None,
+    start: tuple[LedgerState, bytes, CompactRange] | None = None,
     stops: Mapping[int, Callable[[Replayer], None]] | None = None,
     claims: ReleasedClaims | None = None,
 ) -> Replayer:
@@ -195,15 +203,20 @@ def replay(
     `workers=0` in `default_workers()`, where there are `PARALLEL_FROM` entries or more.
     `public_key` is the steward's one key, or a `KeySchedule` of its verified rotations:
     entry i must verify under the key in force at i, else `bad_signature` (DESIGN.md §4).
-    `start` is a state and head to fold on from (a verified snapshot, DESIGN.md §4): then
-    `entries` are the ledger's from that state's length. `stops` are called, each with the
+    `start` is a state, head and Merkle tree to fold on from (a verified snapshot,
+    DESIGN.md §4 and §8): then `entries` are the ledger's from that state's length. `stops` are called, each with the
     replayer, when the fold reaches their lengths (a full verification comparing snapshots).
     `schedule` groups each claim's figures by budget period (DESIGN.md §3). `claims` keeps
     the released claims on disk rather than in memory (a claim index).
     """
     replayer = Replayer(steward, public_key, tree, schedule, claims)
     if start is not None:
-        replayer.state, replayer.head = start
+        replayer.state, replayer.head, merkle = start
+        if merkle.size != replayer.state.length:
+            raise ValueError(
+                f"a tree of {merkle.size} leaves under a state of {replayer.state.length}"
+            )
+        replayer.merkle = merkle.copy()
     halts = dict(stops or {})
     if workers <= 0:
         entries, workers = _workers_for(entries)
@@ -298,7 +311,8 @@ def _chain_batch(
     for i, env in enumerate(opened):
         if i == bad:
             raise LedgerRefused(replayer.length, BAD_SIGNATURE.error, BAD_SIGNATURE.detail)
-        chain(env.core, content_address(env.raw))
+        raw = env.raw
+        chain(env.core, content_address(raw), leaf_hash(raw))
     if refusal is not None:
         raise LedgerRefused(replayer.length, refusal.error, refusal.detail)
 

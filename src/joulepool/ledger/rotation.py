@@ -148,6 +148,11 @@ class KeySchedule:
         """Every key the steward has held, oldest first."""
         return list(self._keys)
 
+    def keys_over_time(self) -> list[tuple[int, bytes]]:
+        """(the first entry it seals, key) for every key the steward has held, oldest first
+        (DESIGN.md §4, key rotation)."""
+        return list(zip(self._starts, self._keys, strict=True))
+
     @property
     def last_from_seq(self) -> int | None:
         """The last statement's `from_seq`, or None before any rotation."""

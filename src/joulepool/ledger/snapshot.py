@@ -35,6 +35,7 @@ from joulepool.ledger.cose import open_envelope, seal, verify_signature
 from joulepool.ledger.entry import brief
 from joulepool.ledger.fold import LedgerState, StateCopy, restore
 from joulepool.ledger.keys import KeyPair
+from joulepool.ledger.merkle import CompactRange
 from joulepool.ledger.released import ReleasedClaims
 from joulepool.ledger.rotation import KeySchedule
 from joulepool.ledger.sequence import split
@@ -50,10 +51,12 @@ MAX_ENVELOPE_BYTES = 64 << 10
 """The signed envelope is small (its state travels after it, by digest)."""
 KEEP = 3
 """Snapshots kept: the newest and two before it, in case the newest is damaged."""
-STATE_LAYOUT = 2
-"""The state array's layout: 2 keeps §2.6's counts and extremes per class and entitlement
-and where its last entry lies in a ledger file; 1 (seven items, no marker) kept every
-released claim and is still read."""
+STATE_LAYOUT = 3
+"""The state array's layout: 3 adds the Merkle tree's right edge (DESIGN.md §8); 2 keeps
+§2.6's counts and extremes per class and entitlement and where its last entry lies in a
+ledger file; 1 (seven items, no marker) kept every released claim. 2 and 1 are still read,
+with no tree: a start then replays the ledger from entry 0 to rebuild it."""
+_LAYOUT_NO_TREE = 2
 
 
 class SnapshotRefused(PoolError):
@@ -100,6 +103,7 @@ def encode_state(copy: StateCopy) -> bytes:
     )
     usage = {ent: list(figures) for ent, figures in copy.usage.items()}
     bounds = None if copy.bounds is None else list(copy.bounds)
+    merkle = None if copy.merkle is None else [copy.merkle[0], list(copy.merkle[1])]
     body = [
         copy.length,
         copy.last_at_ms,
@@ -110,6 +114,7 @@ def encode_state(copy: StateCopy) -> bytes:
         periods,
         STATE_LAYOUT,
         bounds,
+        merkle,
     ]
     return bytes(cbor2.dumps(body))
 
@@ -209,6 +214,12 @@ def _text(v: object) -> str:
     return v
 
 
+def _bytes(v: object) -> bytes:
+    if not isinstance(v, bytes):
+        raise ValueError(f"{brief(v)} is not a byte string")
+    return v
+
+
 def _map(v: object) -> dict[Any, Any]:
     if type(v) is not dict:
         raise ValueError("expected a map")
@@ -274,7 +285,16 @@ def decode_copy(snapshot: Snapshot) -> StateCopy:
     try:
         body = _list(cbor2.loads(snapshot.state))
         bounds = None
-        if len(body) == 9 and body[7] == STATE_LAYOUT:
+        merkle = None
+        if (len(body) == 10 and body[7] == STATE_LAYOUT) or (
+            len(body) == 9 and body[7] == _LAYOUT_NO_TREE
+        ):
+            if len(body) == 10 and body[9] is not None:
+                size, hashes = _list(body[9], 2)
+                merkle = (_int(size), tuple(_bytes(h) for h in _list(hashes)))
+                CompactRange.from_state(*merkle)  # one 32-byte hash per set bit, or refused
+                if merkle[0] != _int(body[0]):
+                    raise ValueError(f"its tree has {merkle[0]} leaves, its state {body[0]}")
             if body[8] is not None:
                 start, end = (_int(x) for x in _list(body[8], 2))
                 if start >= end:
@@ -332,6 +352,7 @@ def decode_copy(snapshot: Snapshot) -> StateCopy:
             evidence,
             periods,
             bounds,
+            merkle,
         )
     except Exception as exc:  # hostile bytes inside a valid signature: refuse it whole
         raise SnapshotRefused(f"its state does not decode: {exc}") from None

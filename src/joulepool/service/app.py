@@ -37,6 +37,7 @@ from joulepool.service.routes import (
     entitlements,
     ledger,
     probes,
+    transparency,
     witnesses,
 )
 from joulepool.service.served import Service
@@ -48,7 +49,7 @@ DASHBOARD_WORKERS = 2
 """Threads answering `GET /v1/dashboard`, apart from the request threads: how many
 dashboards are computed at once, however many tenants ask (docs/reliability.md §16)."""
 
-ROUTERS = (claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
+ROUTERS = (transparency, claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
 """Every resource's router, in the order their routes are matched and documented."""
 
 

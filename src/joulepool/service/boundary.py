@@ -42,6 +42,11 @@ PUBLIC_PATHS = frozenset(
 dashboard's static files (they hold no figure: the page asks `GET /v1/dashboard` with the
 token it is given, which a browser cannot send when it opens a page)."""
 
+PUBLIC_LOG = ("/checkpoint", "/tile/")
+"""The ledger's checkpoint and hash tiles (DESIGN.md §8): public to whoever holds the URL.
+Entry bundles (`/tile/entries/`) are not: a token there is checked, and its route asks for
+an operator (docs/transparency.md)."""
+
 METRICS_PATH = "/metrics"
 """The one path a `metrics` token may read (API.md "Additions")."""
 
@@ -80,7 +85,8 @@ class Boundary:
             await self.app(scope, receive, send)
             return
         headers: list[tuple[bytes, bytes]] = scope["headers"]
-        if scope["path"] not in PUBLIC_PATHS:
+        path = scope["path"]
+        if path not in PUBLIC_PATHS and not _public_log(path, headers):
             token = bearer(headers)
             if token is None:
                 await refuse(send, 401, "unauthorized", "send Authorization: Bearer <token>")
@@ -112,6 +118,18 @@ class Boundary:
             await refuse(send, 413, "body_too_large", too_large(limit, "more sent"))
             return
         await self.app(scope, replay(body, receive), send)
+
+
+def _public_log(path: str, headers: list[tuple[bytes, bytes]]) -> bool:
+    """The checkpoint and hash tiles need no token (DESIGN.md §8); an entry bundle does, and
+    one sent with a hash tile request is still checked, so a bad token is a 401 anywhere."""
+    if path == PUBLIC_LOG[0]:
+        return True
+    return (
+        path.startswith(PUBLIC_LOG[1])
+        and not path.startswith("/tile/entries/")
+        and bearer(headers) is None
+    )
 
 
 def principal_of(scope: Scope) -> Principal | None:

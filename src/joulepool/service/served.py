@@ -17,6 +17,7 @@ from joulepool.pool import Pool
 from joulepool.service.committer import Committer
 from joulepool.service.deps import ApiError
 from joulepool.service.tokens import TokenBook, scope_problem
+from joulepool.service.transparency import PublishedLog, origin_or_none
 from joulepool.tree import Tree
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ class Service:
         self.last_reload_ok = ok
         if ok:
             self.last_reload_success_ms = at_ms
+    # The checkpoint origin (DESIGN.md §8), None where pool.toml gives none that can be one.
+    origin: str | None = None
+    _published: PublishedLog | None = None
 
     def start(self) -> None:
         """Replay the ledger (§6.1); only then is the service ready. A store that cannot be
@@ -101,7 +105,24 @@ class Service:
         self.committer = Committer(pool)
         self.pool = pool
         self._agree(pool)
+        self._index_in_background()
         log.info("ready: %s, %d entries replayed", pool.store.name, pool.length)
+
+    def _index_in_background(self) -> None:
+        """Bring the tile index up to the ledger once, off any request (DESIGN.md §8): the
+        first `/checkpoint` after a start then waits for no hash of the whole ledger."""
+        if self.origin is None:
+            return
+        published = self.published()
+
+        def run() -> None:
+            try:
+                published.follow(published.pool.length)
+            except Exception as exc:
+                # A cache: the first request that needs it builds it, or answers why not.
+                log.warning("tile index not built at start: %s", exc)
+
+        threading.Thread(target=run, name="tile-index", daemon=True).start()
 
     def _agree(self, pool: Pool) -> None:
         """On a shared store, record this replica's configuration, or learn it differs."""
@@ -185,6 +206,9 @@ class Service:
             )
         self.config_digest = digest
         self.max_device_power_w = config.max_device_power_w
+        self.origin = origin_or_none(config)
+        if self._published is not None and self.origin is not None:
+            self._published.origin = self.origin
 
     def readiness(self) -> dict[str, Any]:
         """/readyz: ready once replayed and while the next write can be expected to
@@ -236,6 +260,22 @@ class Service:
             detail = self.failure or "the ledger is still being replayed"
             raise ApiError(503, "not_ready", detail)
         return self.pool
+
+    def published(self) -> PublishedLog:
+        """The ledger as a C2SP log (DESIGN.md §8), once replayed; 503 `no_origin` where
+        pool.toml gives no origin a checkpoint can carry."""
+        pool = self.ready_pool()
+        if self.origin is None:
+            raise ApiError(
+                503,
+                "no_origin",
+                "the steward's id cannot be a checkpoint origin (a space or '+'); set "
+                "[transparency] origin in pool.toml and send SIGHUP",
+            )
+        with self.lock:
+            if self._published is None or self._published.pool is not pool:
+                self._published = PublishedLog(pool, self.origin)
+            return self._published
 
     def fresh_pool(self) -> Pool:
         """The pool, caught up with every entry other replicas committed before this read."""

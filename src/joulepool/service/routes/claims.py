@@ -16,6 +16,7 @@ from joulepool.claim_id import check_claim_id, lookup_ids, namespaced, shown_id
 from joulepool.errors import InvalidInput
 from joulepool.grade import Energy
 from joulepool.ledger.entry import brief as brief_id
+from joulepool.pool import ClaimState, Pool
 from joulepool.service import models as m
 from joulepool.service.access_log import note
 from joulepool.service.body import BODY, documented, fields, json_body
@@ -141,7 +142,16 @@ def claim_state(
 ) -> Response:
     """A claim's state; Queue and Deny leave no record (§6.2)."""
     pool = service.fresh_pool()
-    # A claim the token may not see is answered exactly like one that does not exist.
+    state = visible_claim(pool, who, claim_id)
+    from joulepool.views.claims import claim_json
+
+    out = claim_json(state, shown_id(who.tenant, state.claim))
+    return JSONResponse(out)
+
+
+def visible_claim(pool: Pool, who: Principal, claim_id: str) -> ClaimState:
+    """The state of claim `claim_id` as `who` names it, or 404 `unknown_claim`: a claim the
+    token may not see is answered exactly like one that does not exist (API.md, Tokens)."""
     found = (pool.claim_state(i) for i in lookup_ids(who.tenant, claim_id))
     state = next(
         (
@@ -153,7 +163,4 @@ def claim_state(
     )
     if state is None:
         raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
-    from joulepool.views.claims import claim_json
-
-    out = claim_json(state, shown_id(who.tenant, state.claim))
-    return JSONResponse(out)
+    return state
