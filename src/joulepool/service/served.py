@@ -70,6 +70,7 @@ class Service:
         self.last_reload_ok = ok
         if ok:
             self.last_reload_success_ms = at_ms
+
     # The checkpoint origin (DESIGN.md §8), None where pool.toml gives none that can be one.
     origin: str | None = None
     _published: PublishedLog | None = None
