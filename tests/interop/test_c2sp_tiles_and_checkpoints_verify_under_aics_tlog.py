@@ -223,13 +223,13 @@ def test_aics_tlog_verifies_the_served_checkpoint_tiles_and_proofs(
             proof = ops.get(f"/v1/claims/{claim}/proof").json()
             assert proof["checkpoint"].split("\n")[1] == str(size)
             (entry,) = [e for e in proof["entries"] if e["index"] == index]
-            inclusion[index] = [base64.b64decode(h) for h in entry["proof"]]
+            inclusion[index] = [base64.b64decode(h) for h in entry["inclusion_b64"]]
         for old in (1, 100, 256, size):
             at_old = ops.get("/v1/proof/consistency", params={"from": old, "to": old}).json()
             olds[old] = at_old["checkpoint"]
             got = ops.get("/v1/proof/consistency", params={"from": old}).json()
             assert got["to"] == size
-            consistency[old] = [base64.b64decode(h) for h in got["proof"]]
+            consistency[old] = [base64.b64decode(h) for h in got["proof_b64"]]
     answer = aics.call(
         {
             "op": "check",

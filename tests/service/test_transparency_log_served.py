@@ -124,23 +124,23 @@ def test_a_claims_proof_verifies_against_its_checkpoint(served: tuple[Deployment
     proof = answer.json()
     assert set(proof) == {"claim", "checkpoint", "entries"} and proof["claim"] == "job-7"
     checkpoint = open_checkpoint(proof["checkpoint"], vkey).checkpoint
-    assert [(e["kind"], e["index"]) for e in proof["entries"]] == [
-        ("Admitted", 14),
-        ("Released", 15),
+    assert [(e["event"], e["index"]) for e in proof["entries"]] == [
+        ("admitted", 14),
+        ("released", 15),
     ]
     for e in proof["entries"]:
-        assert set(e) == {"kind", "index", "entry", "proof"}
+        assert set(e) == {"event", "index", "entry_b64", "inclusion_b64"}
         ok = verify_inclusion(
-            leaf_hash(_b64(e["entry"])),
+            leaf_hash(_b64(e["entry_b64"])),
             e["index"],
             checkpoint.size,
-            [_b64(h) for h in e["proof"]],
+            [_b64(h) for h in e["inclusion_b64"]],
             checkpoint.root_hash,
         )
         assert ok, e
     with serve.client(deployment.tenants["language"]) as lang:
         own = lang.get("/v1/claims/lang-1/proof").json()
-        assert [(e["kind"], e["index"]) for e in own["entries"]] == [("Admitted", 2 * CLAIMS)]
+        assert [(e["event"], e["index"]) for e in own["entries"]] == [("admitted", 2 * CLAIMS)]
         # Another subtree's claim is answered exactly as GET /v1/claims/{id} answers it.
         hidden = lang.get("/v1/claims/job-7/proof")
         state = lang.get("/v1/claims/job-7")
@@ -162,13 +162,13 @@ def test_consistency_proofs_verify_and_hostile_sizes_are_typed_422(
             got = anyone.get("/v1/proof/consistency", params=params)
             assert got.status_code == 200, got.text
             body = got.json()
-            assert set(body) == {"from", "to", "checkpoint", "proof"}
+            assert set(body) == {"from", "to", "checkpoint", "proof_b64"}
             assert (body["from"], body["to"]) == (frm, to or size)
             new = open_checkpoint(body["checkpoint"], vkey).checkpoint
             assert new.size == body["to"]
             if frm == 3:
                 assert verify_consistency(
-                    3, new.size, old_root, new.root_hash, [_b64(h) for h in body["proof"]]
+                    3, new.size, old_root, new.root_hash, [_b64(h) for h in body["proof_b64"]]
                 )
         hostile: list[tuple[dict[str, Any], str]] = [
             ({"from": size + 1}, "from"),
@@ -214,7 +214,7 @@ def test_a_tenants_claim_named_proof_is_still_read_by_its_ledger_id(
             "estimate": {"uj": 10, "grade": "HwShunt"},
         }
         assert robotics.post("/v1/claims", json=body).json()["verdict"] == "admit"
-        assert robotics.get("/v1/claims/proof/proof").json()["entries"][0]["kind"] == "Admitted"
+        assert robotics.get("/v1/claims/proof/proof").json()["entries"][0]["event"] == "admitted"
     with serve.client(deployment.operator) as ops:
         state = ops.get("/v1/claims/robotics/proof")
         assert state.status_code == 200, state.text

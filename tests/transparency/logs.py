@@ -124,7 +124,7 @@ class _LogHandler(BaseHTTPRequestHandler):
                 "from": n,
                 "to": m,
                 "checkpoint": note_of(log.leaves[:m]).decode(),
-                "proof": [b64encode(p) for p in proof],
+                "proof_b64": [b64encode(p) for p in proof],
             }
             self._send(200, json.dumps(doc).encode(), "application/json")
         else:

@@ -21,7 +21,7 @@ from tests.support.ledgers import WITNESS
 from tests.transparency.logs import VKEY, bundle_of, entries
 
 KEYS = parse_vkeys(VKEY)
-GOOD = bundle_of(entries(20), "c3", {"Admitted": 6, "Released": 7})
+GOOD = bundle_of(entries(20), "c3", {"admitted": 6, "released": 7})
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None)
 
 

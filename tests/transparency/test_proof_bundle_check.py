@@ -26,7 +26,7 @@ from tests.transparency.logs import ORIGIN, VKEY, bundle_of, entries, note_of
 
 LEAVES = entries(300)
 # Claim c7 is admitted at index 14 and released at 15.
-GOOD = bundle_of(LEAVES, "c7", {"Admitted": 14, "Released": 15})
+GOOD = bundle_of(LEAVES, "c7", {"admitted": 14, "released": 15})
 
 
 def _edit(change: object) -> bytes:
@@ -38,7 +38,7 @@ def _edit(change: object) -> bytes:
 def test_a_claims_admission_and_release_are_proven_in_the_signed_log() -> None:
     proven = check_bundle(GOOD, parse_vkeys(VKEY))
     assert proven.claim == "c7"
-    assert [(e.kind, e.index) for e in proven.entries] == [("Admitted", 14), ("Released", 15)]
+    assert [(e.kind, e.index) for e in proven.entries] == [("admitted", 14), ("released", 15)]
     assert proven.checkpoint.size == 300
     assert proven.entries[0].entry == LEAVES[14]
 
@@ -53,9 +53,12 @@ def test_pool_proof_check_says_what_was_proven_and_exits_0(
     assert out["claim"] == "c7"
     assert out["size"] == 300
     assert out["origin"] == ORIGIN
-    assert out["entries"] == [{"kind": "Admitted", "index": 14}, {"kind": "Released", "index": 15}]
+    assert out["entries"] == [
+        {"event": "admitted", "index": 14},
+        {"event": "released", "index": 15},
+    ]
     assert main(["proof", "check", str(bundle), "--vkey", VKEY]) == 0
-    assert "claim c7: Admitted at 14, Released at 15" in capsys.readouterr().out
+    assert "claim c7: admitted at 14, released at 15" in capsys.readouterr().out
 
 
 def test_a_file_of_several_vkeys_verifies_a_checkpoint_signed_by_any_of_them(
@@ -103,7 +106,7 @@ def test_a_forged_signature_by_the_vkey_is_a_bad_signature() -> None:
 
 def test_an_altered_proof_hash_is_a_proof_mismatch() -> None:
     def alter(doc: dict[str, list[dict[str, list[str]]]]) -> None:
-        doc["entries"][1]["proof"][3] = b64encode(bytes(32))
+        doc["entries"][1]["inclusion_b64"][3] = b64encode(bytes(32))
 
     with pytest.raises(ProofMismatch, match="entry 15"):
         check_bundle(_edit(alter), parse_vkeys(VKEY))
@@ -111,7 +114,7 @@ def test_an_altered_proof_hash_is_a_proof_mismatch() -> None:
 
 def test_another_entrys_bytes_under_the_proof_is_a_proof_mismatch() -> None:
     def swap(doc: dict[str, list[dict[str, object]]]) -> None:
-        doc["entries"][0]["entry"] = b64encode(LEAVES[16])
+        doc["entries"][0]["entry_b64"] = b64encode(LEAVES[16])
 
     with pytest.raises(ProofMismatch):
         check_bundle(_edit(swap), parse_vkeys(VKEY))
@@ -127,20 +130,20 @@ def test_an_index_past_the_checkpoint_is_a_proof_mismatch() -> None:
 
 def test_a_proven_entry_of_another_claim_is_claim_not_in_entry() -> None:
     # Index 16 is c8's admission, proven honestly: but the bundle says c7.
-    bundle = bundle_of(LEAVES, "c7", {"Admitted": 16})
+    bundle = bundle_of(LEAVES, "c7", {"admitted": 16})
     with pytest.raises(ClaimNotInEntry, match="c8"):
         check_bundle(bundle, parse_vkeys(VKEY))
 
 
 def test_an_admission_presented_as_a_release_is_claim_not_in_entry() -> None:
-    bundle = bundle_of(LEAVES, "c7", {"Released": 14})
-    with pytest.raises(ClaimNotInEntry, match="Admitted event, not Released"):
+    bundle = bundle_of(LEAVES, "c7", {"released": 14})
+    with pytest.raises(ClaimNotInEntry, match="event Admitted, not Released"):
         check_bundle(bundle, parse_vkeys(VKEY))
 
 
 def test_a_proven_leaf_that_is_no_ledger_entry_is_claim_not_in_entry() -> None:
     leaves = [b"not an entry", *LEAVES[1:8]]
-    bundle = bundle_of(leaves, "c0", {"Admitted": 0})
+    bundle = bundle_of(leaves, "c0", {"admitted": 0})
     with pytest.raises(ClaimNotInEntry, match="not a pool/1 ledger entry"):
         check_bundle(bundle, parse_vkeys(VKEY))
 
@@ -156,16 +159,16 @@ def test_a_tenants_plain_claim_id_is_proven_by_its_namespaced_entries() -> None:
         ]
     )
     proven = check_bundle(
-        bundle_of(leaves, "c7", {"Admitted": 0, "Released": 2}), parse_vkeys(VKEY)
+        bundle_of(leaves, "c7", {"admitted": 0, "released": 2}), parse_vkeys(VKEY)
     )
     assert (proven.claim, proven.ledger_claim) == ("c7", "vision/c7")
-    assert check_bundle(bundle_of(leaves, "vision/c7", {"Admitted": 0}), parse_vkeys(VKEY))
+    assert check_bundle(bundle_of(leaves, "vision/c7", {"admitted": 0}), parse_vkeys(VKEY))
     # One claim a bundle: another tenant's c7 does not complete it.
     with pytest.raises(ClaimNotInEntry, match="entries before it record 'vision/c7'"):
-        check_bundle(bundle_of(leaves, "c7", {"Admitted": 0, "Released": 3}), parse_vkeys(VKEY))
+        check_bundle(bundle_of(leaves, "c7", {"admitted": 0, "released": 3}), parse_vkeys(VKEY))
     for other in ("7", "vision", "robotics/c7", "/c7"):
         with pytest.raises(ClaimNotInEntry):
-            check_bundle(bundle_of(leaves, other, {"Admitted": 0}), parse_vkeys(VKEY))
+            check_bundle(bundle_of(leaves, other, {"admitted": 0}), parse_vkeys(VKEY))
 
 
 def _set(path: tuple[object, ...], value: object) -> object:
@@ -192,18 +195,22 @@ HOSTILE: dict[str, bytes] = {
     "a number for the claim": _edit(_set(("claim",), 7)),
     "a checkpoint that is no note": _edit(_set(("checkpoint",), "hello\n")),
     "a checkpoint over the size bound": _edit(_set(("checkpoint",), "x" * 300_000)),
-    "an unknown kind": _edit(_set(("entries", 0, "kind"), "Progress")),
+    "an unknown kind": _edit(_set(("entries", 0, "event"), "Progress")),
     "a boolean index": _edit(_set(("entries", 0, "index"), True)),
     "a negative index": _edit(_set(("entries", 0, "index"), -1)),
     "an index beyond uint64": _edit(_set(("entries", 0, "index"), 2**64)),
     "a float index": _edit(_set(("entries", 0, "index"), 14.0)),
     "an index given twice": _edit(_set(("entries", 1, "index"), 14)),
-    "entry not base64": _edit(_set(("entries", 0, "entry"), "!!!!")),
-    "entry base64url": _edit(_set(("entries", 0, "entry"), "-_-_")),
-    "entry over 65535 bytes": _edit(_set(("entries", 0, "entry"), "A" * 90_000)),
-    "a proof of 65 hashes": _edit(_set(("entries", 0, "proof"), [b64encode(bytes(32))] * 65)),
-    "a proof hash of 31 bytes": _edit(_set(("entries", 0, "proof", 0), b64encode(bytes(31)))),
-    "a proof that is text": _edit(_set(("entries", 0, "proof"), "abcd")),
+    "entry not base64": _edit(_set(("entries", 0, "entry_b64"), "!!!!")),
+    "entry base64url": _edit(_set(("entries", 0, "entry_b64"), "-_-_")),
+    "entry over 65535 bytes": _edit(_set(("entries", 0, "entry_b64"), "A" * 90_000)),
+    "a proof of 65 hashes": _edit(
+        _set(("entries", 0, "inclusion_b64"), [b64encode(bytes(32))] * 65)
+    ),
+    "a proof hash of 31 bytes": _edit(
+        _set(("entries", 0, "inclusion_b64", 0), b64encode(bytes(31)))
+    ),
+    "a proof that is text": _edit(_set(("entries", 0, "inclusion_b64"), "abcd")),
     "an entry that is a list": _edit(_set(("entries", 0), [1, 2])),
     "over 4 MiB": b" " * (4 * 1024 * 1024 + 1),
 }

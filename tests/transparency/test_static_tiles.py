@@ -56,11 +56,11 @@ def test_a_bundle_built_from_static_tiles_verifies(
         # Claim c200 is admitted at 400 and released at 401, past the first full tiles.
         rows = [
             (kind, i, reader.entry(i), reader.inclusion_proof(i))
-            for kind, i in (("Admitted", 400), ("Released", 401))
+            for kind, i in (("admitted", 400), ("released", 401))
         ]
     bundle = bundle_json("c200", signed.note, rows)
     assert check_bundle(bundle, KEYS).claim == "c200"
     saved = tmp_path / "c200.json"
     saved.write_bytes(bundle)
     assert main(["proof", "check", str(saved), "--vkey", VKEY]) == 0
-    assert "claim c200: Admitted at 400, Released at 401" in capsys.readouterr().out
+    assert "claim c200: admitted at 400, released at 401" in capsys.readouterr().out

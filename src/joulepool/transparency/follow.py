@@ -139,7 +139,7 @@ def server_consistency_proof(
                 new.note,
                 carried.note,
             )
-    return parse_hashes(doc.get("proof"), f"{where} proof")
+    return parse_hashes(doc.get("proof_b64"), f"{where} proof_b64")
 
 
 def follow_round(

@@ -3,15 +3,15 @@
 The bundle is what `GET /v1/claims/{id}/proof` answers, saved as a file:
 
     {"claim": "<id>", "checkpoint": "<signed checkpoint note>",
-     "entries": [{"kind": "Admitted" | "Released", "index": N,
-                  "entry": "<base64 of the entry's exact bytes>",
-                  "proof": ["<base64 hash>", ...]}, ...]}
+     "entries": [{"event": "admitted" | "released", "index": N,
+                  "entry_b64": "<base64 of the entry's exact bytes>",
+                  "inclusion_b64": ["<base64 hash>", ...]}, ...]}
 
 It proves that the log whose key signed the checkpoint holds, at each index, an entry
 recording that claim's admission or release: the checkpoint's signature under the tenant's
 verifier key (c2sp.org/tlog-checkpoint), each RFC 9162 §2.1.3.2 inclusion proof of the
 entry's leaf hash against the checkpoint's root, and each entry read as a pool/1 entry
-(DESIGN.md §4) naming the claim with the event its kind says. Everything is bounded before
+(DESIGN.md §4) naming the claim with the event it names. Everything is bounded before
 it is parsed: the file, the entries, the proofs.
 """
 
@@ -40,9 +40,9 @@ MAX_PROOF_HASHES: Final = 64
 # A claim has an admission and a release; room for events a later version may add.
 MAX_BUNDLE_ENTRIES: Final = 16
 MAX_BUNDLE_BYTES: Final = 4 * 1024 * 1024
-KINDS: Final = {"Admitted": Admitted, "Released": Released}
+KINDS: Final = {"admitted": Admitted, "released": Released}
 _BUNDLE_KEYS: Final = frozenset({"claim", "checkpoint", "entries"})
-_ENTRY_KEYS: Final = frozenset({"kind", "index", "entry", "proof"})
+_ENTRY_KEYS: Final = frozenset({"event", "index", "entry_b64", "inclusion_b64"})
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class ProvenClaim:
             "origin": self.checkpoint.origin,
             "size": self.checkpoint.size,
             "root_b64": b64encode(self.checkpoint.root_hash),
-            "entries": [{"kind": e.kind, "index": e.index} for e in self.entries],
+            "entries": [{"event": e.kind, "index": e.index} for e in self.entries],
         }
 
 
@@ -158,7 +158,9 @@ def _entry_claim(raw: bytes, kind: str, claim: str, where: str) -> str:
     except (PoolError, EntryMalformed) as exc:
         raise ClaimNotInEntry(f"{where}: not a pool/1 ledger entry: {exc}") from None
     if not isinstance(event, KINDS[kind]):
-        raise ClaimNotInEntry(f"{where}: records a {type(event).__name__} event, not {kind}")
+        raise ClaimNotInEntry(
+            f"{where}: records an event {type(event).__name__}, not {KINDS[kind].__name__}"
+        )
     if not _names(event.claim, claim):
         raise ClaimNotInEntry(
             f"{where}: records claim {brief(event.claim)}, not the bundle's {brief(claim)}"
@@ -189,21 +191,21 @@ def check_bundle(data: bytes, keys: Sequence[VerifierKey]) -> ProvenClaim:
         if not isinstance(item, dict):
             raise BundleMalformed(where, "must be an object")
         _field(item, _ENTRY_KEYS, where)
-        kind = item["kind"]
+        kind = item["event"]
         if not isinstance(kind, str) or kind not in KINDS:
-            raise BundleMalformed(f"{where}.kind", f"must be one of {sorted(KINDS)}")
+            raise BundleMalformed(f"{where}.event", f"must be one of {sorted(KINDS)}")
         index = _index(item["index"], f"{where}.index")
         if index in seen:
             raise BundleMalformed(f"{where}.index", f"{index} is given twice")
         seen.add(index)
-        text = item["entry"]
+        text = item["entry_b64"]
         if not isinstance(text, str) or len(text) > 4 * (MAX_ENTRY_BYTES // 3 + 1):
-            raise BundleMalformed(f"{where}.entry", "must be base64 of at most 65,535 bytes")
+            raise BundleMalformed(f"{where}.entry_b64", "must be base64 of at most 65,535 bytes")
         try:
-            raw = b64decode(text, f"{where}.entry")
+            raw = b64decode(text, f"{where}.entry_b64")
         except NoteRefused as exc:
             raise BundleMalformed(exc.field, exc.detail) from None
-        proof = _hashes(item["proof"], f"{where}.proof")
+        proof = _hashes(item["inclusion_b64"], f"{where}.inclusion_b64")
         if index >= checkpoint.size:
             raise ProofMismatch(
                 f"{where}: index {index} is not in the checkpoint's tree of {checkpoint.size}"
@@ -238,10 +240,10 @@ def bundle_json(
         "checkpoint": note.decode("utf-8"),
         "entries": [
             {
-                "kind": kind,
+                "event": kind,
                 "index": index,
-                "entry": b64encode(raw),
-                "proof": [b64encode(p) for p in proof],
+                "entry_b64": b64encode(raw),
+                "inclusion_b64": [b64encode(p) for p in proof],
             }
             for kind, index, raw, proof in entries
         ],

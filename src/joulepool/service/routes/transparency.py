@@ -129,19 +129,19 @@ def claim_proof(
     published = service.published()
     signed = published.head(fresh=True)
     index = published.index
-    seqs = [("Admitted", state.admitted_seq)]
+    seqs = [("admitted", state.admitted_seq)]
     if state.released_seq is not None:
-        seqs.append(("Released", state.released_seq))
+        seqs.append(("released", state.released_seq))
     entries: list[dict[str, Any]] = []
     for kind, seq in seqs:
         raw = published.read(seq, 1)
         proof = inclusion_proof(seq, signed.size, index)
         entries.append(
             {
-                "kind": kind,
+                "event": kind,
                 "index": seq,
-                "entry": _b64(raw[0]),
-                "proof": [_b64(h) for h in proof],
+                "entry_b64": _b64(raw[0]),
+                "inclusion_b64": [_b64(h) for h in proof],
             }
         )
     return JSONResponse(
@@ -235,5 +235,5 @@ def consistency(
     signed = current if new == current.size else published.head_at(new)
     proof = consistency_proof(old, new, published.index)
     return JSONResponse(
-        {"from": old, "to": new, "checkpoint": signed.text, "proof": [_b64(h) for h in proof]}
+        {"from": old, "to": new, "checkpoint": signed.text, "proof_b64": [_b64(h) for h in proof]}
     )
