@@ -259,13 +259,15 @@ def test_an_expired_or_not_yet_valid_certificate_refuses_the_start(tmp_path: Pat
     assert f"not valid before {begins:%Y-%m-%d}T" in line
 
 
-def test_a_certificate_near_its_end_starts_with_a_warning_and_one_far_from_it_without(
+def test_a_certificate_near_its_end_starts_with_a_warning_and_its_end_is_a_metric(
     tmp_path: Path,
 ) -> None:
     day = datetime.timedelta(days=1)
     anyone = ssl.create_default_context()
     anyone.check_hostname, anyone.verify_mode = False, ssl.CERT_NONE
-    for name, ends, warned in (("soon", 3 * day, True), ("later", 30 * day, False)):
+    # Half an hour short of 3 days, so the warning's hours do not hang on a second's rounding.
+    soon = 3 * day - datetime.timedelta(minutes=30)
+    for name, ends, warned in (("soon", soon, True), ("later", 30 * day, False)):
         d = Deployment.create(tmp_path / name)
         cert, key = _self_signed(tmp_path, name, (-day, ends))
         assert key.stat().st_mode & 0o777 == 0o600  # the mode a key must have: accepted
@@ -273,8 +275,22 @@ def test_a_certificate_near_its_end_starts_with_a_warning_and_one_far_from_it_wi
         try:
             _wait_tls(serve, anyone)
             output = serve.output()
+            metrics = httpx.get(
+                f"{serve.url.replace('http://', 'https://')}/metrics",
+                headers={"Authorization": f"Bearer {d.operator}"},
+                verify=anyone,
+                timeout=10,
+            ).text
         finally:
             serve.kill()
+        # The end an alert reads, while the service runs: the certificate's own notAfter.
+        not_after = x509.load_pem_x509_certificate(cert.read_bytes()).not_valid_after_utc
+        expiry = [
+            line.split()[1]
+            for line in metrics.splitlines()
+            if line.startswith("pool_tls_certificate_expiry_timestamp_seconds ")
+        ]
+        assert expiry and float(expiry[0]) == int(not_after.timestamp()), metrics
         end = datetime.datetime.now(datetime.UTC) + ends
         warning = [line for line in output.splitlines() if "expires on" in line]
         if warned:

@@ -186,7 +186,12 @@ def _serve(args: argparse.Namespace) -> int:
         args.max_header_bytes,
     )
     access = None if args.no_access_log else (sys.stderr, args.log_format)
-    app = create_app(service, limits=limits, access_log=access)
+    app = create_app(
+        service,
+        limits=limits,
+        access_log=access,
+        tls_not_after_s=None if tls is None else tls.not_after_s,
+    )
 
     def reload(_signum: int, _frame: object) -> None:
         # A changed tree, period or token list takes effect; a broken one is refused and the

@@ -53,9 +53,11 @@ def create_app(
     limits: Limits | None = None,
     replay_in_background: bool = True,
     access_log: tuple[TextIO, str] | None = None,
+    tls_not_after_s: int | None = None,
 ) -> FastAPI:
     """The application over `service` (API.md), behind its trust boundary (`Boundary`), with
-    one access-log line per request on `access_log`'s stream in its format, if given."""
+    one access-log line per request on `access_log`'s stream in its format, if given, and the
+    served certificate's end among the metrics when served over TLS (docs/reliability.md §17)."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -82,7 +84,9 @@ def create_app(
         # Added last, so outermost: the boundary's refusals are logged too.
         app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])
     app.state.service = service
-    app.state.metrics = Metrics(lambda: service.pool, lambda: service.witnesses)
+    app.state.metrics = Metrics(
+        lambda: service.pool, lambda: service.witnesses, tls_not_after_s=tls_not_after_s
+    )
     app.state.timeline = Timeline()
     app.state.reference = None
     answer_errors(app)

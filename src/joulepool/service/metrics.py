@@ -102,6 +102,7 @@ def exported_names() -> set[str]:
         "pool_fsyncs_total",
         "pool_appends_total",
         "pool_verdicts_total",
+        "pool_tls_certificate_expiry_timestamp_seconds",
     }
     names |= {f"pool_commit_seconds{s}" for s in ("_bucket", "_sum", "_count", "_created")}
     return names
@@ -220,11 +221,30 @@ class _PoolCollector(Collector):
         )
 
 
+class _TlsCollector(Collector):
+    """The served certificate's notAfter (docs/reliability.md §17): an alert's figure, since
+    the start's warning is read once and a certificate ends while the service runs."""
+
+    def __init__(self, not_after_s: int) -> None:
+        self._not_after_s = not_after_s
+
+    def collect(self) -> Iterator[Metric]:
+        """One gauge: when the certificate `pool serve` serves with expires."""
+        yield GaugeMetricFamily(
+            "pool_tls_certificate_expiry_timestamp_seconds",
+            "When the served TLS certificate expires (its notAfter), seconds since the Unix epoch",
+            value=self._not_after_s,
+        )
+
+
 class Metrics:
     """The service's registry, its instruments and its verdicts."""
 
     def __init__(
-        self, pool: Callable[[], Pool | None], witnesses: Callable[[], Path | None]
+        self,
+        pool: Callable[[], Pool | None],
+        witnesses: Callable[[], Path | None],
+        tls_not_after_s: int | None = None,
     ) -> None:
         self._pool = pool
         self._witnesses = witnesses
@@ -237,6 +257,8 @@ class Metrics:
             buckets=COMMIT_BUCKETS,
         )
         self.registry.register(_PoolCollector(pool, self.verdicts, witnesses))
+        if tls_not_after_s is not None:
+            self.registry.register(_TlsCollector(tls_not_after_s))
 
     def exposition(self, who: Principal) -> bytes:
         """The Prometheus text `who` may read (API.md, Additions): everything for an operator
