@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from joulepool.errors import InvalidInput
+from joulepool.service.tls import PEM_BEGIN, PEM_END, certificate_validity
 from tests.support.servers import Deployment, Serve, pool_cli, start_serve
 
 
@@ -257,6 +259,42 @@ def test_an_expired_or_not_yet_valid_certificate_refuses_the_start(tmp_path: Pat
     begins = datetime.datetime.now(datetime.UTC) + 2 * day
     assert line.startswith(f"pool: certificate_out_of_date: --tls-cert: {early}: ")
     assert f"not valid before {begins:%Y-%m-%d}T" in line
+
+
+def test_certificate_dates_are_read_in_both_encodings_and_garbage_is_one_typed_error(
+    tmp_path: Path,
+) -> None:
+    # RFC 5280: UTCTime through 2049, GeneralizedTime from 2050 on; `cryptography` follows it.
+    key = ec.generate_private_key(ec.SECP256R1())
+    utc = datetime.UTC
+    for name, begins, ends in (
+        (
+            "utc",
+            datetime.datetime(1999, 12, 31, 23, 59, 59, tzinfo=utc),
+            datetime.datetime(2049, 12, 31, tzinfo=utc),
+        ),
+        (
+            "generalized",
+            datetime.datetime(2050, 1, 1, tzinfo=utc),
+            datetime.datetime(2107, 6, 30, 12, tzinfo=utc),
+        ),
+    ):
+        now = datetime.datetime.now(datetime.UTC)
+        cert = _certificate("x", key, _name("x"), key, ca=False, valid=(begins - now, ends - now))
+        path, _ = _write(tmp_path / name, key, cert)
+        validity = certificate_validity(str(path))
+        assert validity == (int(begins.timestamp()), int(ends.timestamp()))
+    for name, text in (
+        ("empty", ""),
+        ("not-pem", "hello"),
+        ("bad-base64", f"{PEM_BEGIN}\n!!!!\n{PEM_END}\n"),
+        ("truncated", f"{PEM_BEGIN}\nMIIBkTCB+6ADAgECAhQ=\n{PEM_END}\n"),
+        ("not-a-sequence", f"{PEM_BEGIN}\nAgEB\n{PEM_END}\n"),
+    ):
+        path = tmp_path / f"{name}.crt"
+        path.write_text(text)
+        with pytest.raises(InvalidInput, match=f"--tls-cert: {path}: "):
+            certificate_validity(str(path))
 
 
 def test_a_certificate_near_its_end_starts_with_a_warning_and_its_end_is_a_metric(
