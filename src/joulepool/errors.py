@@ -126,6 +126,12 @@ class KeyFileError(PoolError):
     code = "key_file"
 
 
+class CertificateOutOfDate(InvalidInput):
+    """`pool serve`'s TLS certificate is expired or not yet valid (docs/reliability.md §17)."""
+
+    code = "certificate_out_of_date"
+
+
 class StoreError(PoolError):
     """A ledger store could not be opened, read or appended to."""
 

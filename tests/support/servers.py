@@ -82,14 +82,24 @@ def pool_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def start_serve(folder: Path, *extra: str, wait: bool = True, port: int | None = None) -> Serve:
-    """Start `pool serve` on a free port and wait until /readyz says ready."""
+def start_serve(
+    folder: Path,
+    *extra: str,
+    wait: bool = True,
+    port: int | None = None,
+    nofile: int | None = None,
+) -> Serve:
+    """Start `pool serve` on a free port and wait until /readyz says ready; under a
+    descriptor limit (soft and hard, so the service cannot raise it) when `nofile` is given."""
     port = port or free_port()
     log = folder.parent / f"serve-{port}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "joulepool", "serve", str(folder), "--port", str(port), *extra]
+    if nofile is not None:
+        argv = ["sh", "-c", f'ulimit -n {nofile} && exec "$0" "$@"', *argv]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "joulepool", "serve", str(folder), "--port", str(port), *extra],
+            argv,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -6,11 +6,15 @@ import argparse
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from joulepool.cli.output import add_json, emit
+
+if TYPE_CHECKING:
+    from joulepool.service.tls import Tls
 
 DEFAULT_PORT = 7460
 
@@ -140,10 +144,11 @@ def _serve(args: argparse.Namespace) -> int:
         connection_cap,
         raise_descriptor_limit,
     )
-    from joulepool.service.tls import tls_options
+    from joulepool.service.tls import expiry_warning, tls_context
 
     folder = deployment_dir(args.dir)
-    tls = tls_options(args.tls_cert, args.tls_key, args.tls_client_ca)
+    started_s = int(time.time())
+    tls = tls_context(args.tls_cert, args.tls_key, args.tls_client_ca, started_s)
     if args.ledger and not args.postgres:
         raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
     log_config = _log_config(args.log_level)
@@ -151,6 +156,9 @@ def _serve(args: argparse.Namespace) -> int:
     import logging.config
 
     logging.config.dictConfig(log_config)
+    warning = None if tls is None else expiry_warning(tls, started_s)
+    if warning is not None:
+        logging.getLogger("joulepool.serve").warning("%s", warning)
     waits = {
         "lock_timeout_s": args.pg_lock_timeout_s,
         "statement_timeout_s": args.pg_statement_timeout_s,
@@ -179,7 +187,12 @@ def _serve(args: argparse.Namespace) -> int:
         args.max_header_bytes,
     )
     access = None if args.no_access_log else (sys.stderr, args.log_format)
-    app = create_app(service, limits=limits, access_log=access)
+    app = create_app(
+        service,
+        limits=limits,
+        access_log=access,
+        tls_not_after_s=None if tls is None else tls.not_after_s,
+    )
 
     # SIGHUP wakes the reload thread and returns: the event loop never waits for a reload,
     # however long a replay under a new [period] takes (docs/reliability.md §15). Tokens
@@ -197,7 +210,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"pool serve: listening on {args.host}, beyond loopback", file=sys.stderr)
     print(
         f"pool serve: {folder} on {'https' if tls else 'http'}://{args.host}:{args.port} "
-        f"(pid {os.getpid()}){'; mutual TLS' if 'ssl_ca_certs' in tls else ''}; "
+        f"(pid {os.getpid()}){'; mutual TLS' if tls is not None and tls.mutual else ''}; "
         f"at most {connections.max_connections} connections, bodies of "
         f"{limits.max_body_bytes} bytes, headers within {connections.header_timeout_s:g} s",
         file=sys.stderr,
@@ -216,7 +229,7 @@ def _run_uvicorn(
     args: argparse.Namespace,
     connections: Any,
     log_config: dict[str, Any],
-    tls: dict[str, Any],
+    tls: Tls | None,
 ) -> None:
     """uvicorn, with the bounds `pool serve` promises (API.md)."""
     import uvicorn
@@ -227,7 +240,9 @@ def _run_uvicorn(
         app,
         host=args.host,
         port=args.port,
-        http=bounded_protocol(connections),
+        # TLS is done by the protocol, not uvicorn's `ssl_*`, so a connection counts against
+        # the limits from its accept, its handshake included (docs/reliability.md §17).
+        http=cast(Any, bounded_protocol(connections, None if tls is None else tls.context)),
         log_level=args.log_level,
         log_config=log_config,
         access_log=False,
@@ -239,7 +254,6 @@ def _run_uvicorn(
         # The bridge, the dashboard and the CLI reuse connections; uvicorn's own per-request
         # cap would answer 503 where the cap above already bounds what is held.
         limit_concurrency=None,
-        **tls,
     )
 
 

@@ -136,6 +136,19 @@ def write_key_file(path: Path, key: KeyPair, *, overwrite: bool = False) -> None
         raise KeyFileError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
+def refuse_open_secret(path: Path, mode: int, what: str) -> None:
+    """Refuse a secret file that group or others may read or change (docs/reliability.md §5).
+
+    The steward's key and `pool serve`'s TLS key share this rule and its sentence, so an
+    operator meets one wording and one fix for either.
+    """
+    if mode & 0o077:
+        raise KeyFileError(
+            f"{path}: {what} with mode {stat.S_IMODE(mode):04o} is open to other users; "
+            f"run `chmod 600 {path}`"
+        )
+
+
 def load_key_file(path: Path, *, require_secret: bool = False) -> KeyPair:
     """Load a COSE_Key file; a secret key readable or writable by others is refused."""
     path = Path(path)
@@ -149,11 +162,8 @@ def load_key_file(path: Path, *, require_secret: bool = False) -> KeyPair:
     if not stat.S_ISREG(info.st_mode):
         raise KeyFileError(f"{path}: not a regular file")
     key = KeyPair.from_cose_key(data, str(path))
-    if key.seed is not None and info.st_mode & 0o077:
-        raise KeyFileError(
-            f"{path}: a secret key with mode {stat.S_IMODE(info.st_mode):04o} is open to other "
-            f"users; run `chmod 600 {path}`"
-        )
+    if key.seed is not None:
+        refuse_open_secret(path, info.st_mode, "a secret key")
     if require_secret and key.seed is None:
         raise KeyFileError(f"{path}: this is a public key; signing needs the secret key file")
     return key

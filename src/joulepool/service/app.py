@@ -59,9 +59,11 @@ def create_app(
     limits: Limits | None = None,
     replay_in_background: bool = True,
     access_log: tuple[TextIO, str] | None = None,
+    tls_not_after_s: int | None = None,
 ) -> FastAPI:
     """The application over `service` (API.md), behind its trust boundary (`Boundary`), with
-    one access-log line per request on `access_log`'s stream in its format, if given."""
+    one access-log line per request on `access_log`'s stream in its format, if given, and the
+    served certificate's end among the metrics when served over TLS (docs/reliability.md §17)."""
 
     timeline = Timeline()
     dashboard_workers = ThreadPoolExecutor(DASHBOARD_WORKERS, thread_name_prefix="dashboard")
@@ -108,6 +110,7 @@ def create_app(
         lambda: service.pool,
         lambda: service.witnesses,
         lambda: (service.last_reload_ok, service.last_reload_success_ms),
+        tls_not_after_s=tls_not_after_s,
     )
     app.state.timeline = timeline
     app.state.dashboard_workers = dashboard_workers

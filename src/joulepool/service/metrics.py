@@ -104,6 +104,7 @@ def exported_names() -> set[str]:
         "pool_verdicts_total",
         "pool_config_last_reload_successful",
         "pool_config_last_reload_success_timestamp_seconds",
+        "pool_tls_certificate_expiry_timestamp_seconds",
     }
     names |= {f"pool_commit_seconds{s}" for s in ("_bucket", "_sum", "_count", "_created")}
     return names
@@ -251,6 +252,22 @@ class _PoolCollector(Collector):
         )
 
 
+class _TlsCollector(Collector):
+    """The served certificate's notAfter (docs/reliability.md §17): an alert's figure, since
+    the start's warning is read once and a certificate ends while the service runs."""
+
+    def __init__(self, not_after_s: int) -> None:
+        self._not_after_s = not_after_s
+
+    def collect(self) -> Iterator[Metric]:
+        """One gauge: when the certificate `pool serve` serves with expires."""
+        yield GaugeMetricFamily(
+            "pool_tls_certificate_expiry_timestamp_seconds",
+            "When the served TLS certificate expires (its notAfter), seconds since the Unix epoch",
+            value=self._not_after_s,
+        )
+
+
 class Metrics:
     """The service's registry, its instruments and its verdicts."""
 
@@ -259,6 +276,7 @@ class Metrics:
         pool: Callable[[], Pool | None],
         witnesses: Callable[[], Path | None],
         reloads: ReloadState = _no_reloads,
+        tls_not_after_s: int | None = None,
     ) -> None:
         self._pool = pool
         self._witnesses = witnesses
@@ -271,6 +289,8 @@ class Metrics:
             buckets=COMMIT_BUCKETS,
         )
         self.registry.register(_PoolCollector(pool, self.verdicts, witnesses, reloads=reloads))
+        if tls_not_after_s is not None:
+            self.registry.register(_TlsCollector(tls_not_after_s))
 
     def exposition(self, who: Principal) -> bytes:
         """The Prometheus text `who` may read (API.md, Additions): everything for an operator
