@@ -108,6 +108,7 @@ def create_app(
         lambda: service.pool,
         lambda: service.witnesses,
         lambda: (service.last_reload_ok, service.last_reload_success_ms),
+        lambda: service.witnessing,
     )
     app.state.timeline = timeline
     app.state.dashboard_workers = dashboard_workers

@@ -23,6 +23,7 @@ the checkpoint it serves.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -89,7 +90,9 @@ def parse_witness(entry: object, where: str = "c2sp_witness") -> WitnessConfig:
     unknown = sorted(str(k)[:48] for k in entry.keys() - _ENTRY_KEYS)
     missing = sorted(_ENTRY_KEYS - entry.keys())
     if unknown or missing:
-        raise InvalidInput(where, f"unknown field(s) {unknown}, missing {missing}")
+        near = [m for k in unknown for m in difflib.get_close_matches(k, sorted(_ENTRY_KEYS), 1)]
+        hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+        raise InvalidInput(where, f"unknown field(s) {unknown}, missing {missing}{hint}")
     url, vkey_text = entry["url"], entry["vkey"]
     if not isinstance(url, str):
         raise InvalidInput(f"{where}.url", "must be a string")
