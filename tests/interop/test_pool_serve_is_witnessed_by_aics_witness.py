@@ -34,7 +34,7 @@ from joulepool.transparency.logkeys import parse_vkeys
 from tests.interop.tools import Unavailable, aics_witness
 from tests.support.builders import claim
 from tests.support.faults import claim as claim_json
-from tests.support.servers import Deployment, Serve, free_port, pool_cli, start_serve
+from tests.support.servers import Deployment, Serve, free_port, pool_cli, sighup, start_serve
 
 NAME = "witness.test/pool"
 MJ = 1_000_000_000_000
@@ -88,8 +88,10 @@ def witnessed(command: Path, tmp_path: Path) -> Iterator[tuple[Deployment, str, 
     log_vkey = _log_vkey(deployment.folder)
     origin = log_vkey.split("+", 1)[0]
     _witness_cli(command, home, "add-log", "--origin", origin, "--vkey", log_vkey)
+    entry = f'\n[[c2sp_witness]]\nurl = "http://127.0.0.1:{port}/"\nvkey = "{vkey}"\n'
+    (tmp_path / "entry.toml").write_text(entry)
     with (deployment.folder / CONFIG).open("a", encoding="utf-8") as fh:
-        fh.write(f'\n[[c2sp_witness]]\nurl = "http://127.0.0.1:{port}/"\nvkey = "{vkey}"\n')
+        fh.write(entry)
     log = tmp_path / "witness.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
@@ -279,3 +281,35 @@ def test_pool_serve_is_cosigned_and_the_kept_cosignature_refuses_a_rewritten_led
         serve.kill()
     assert "Traceback" not in serve.output()
     assert "422" in witness_log.read_text()
+
+
+def test_a_witness_added_or_removed_by_sighup_is_put_in_force(
+    witnessed: tuple[Deployment, str, Path], tmp_path: Path
+) -> None:
+    deployment, vkey, _log = witnessed
+    folder = deployment.folder
+    config = folder / CONFIG
+    with_witness = config.read_text()
+    entry = (tmp_path / "entry.toml").read_text()
+    config.write_text(with_witness.replace(entry, ""))
+    log_key = parse_vkeys(_log_vkey(folder))[0]
+    serve = start_serve(folder)
+    try:
+        _admit(serve, deployment.operator, 0, 2)
+        time.sleep(1.5)
+        plain = open_checkpoint(httpx.get(f"{serve.url}/checkpoint").content, log_key)
+        assert plain.checkpoint.size == 2 and not list((folder / WITNESSES).glob("*" + SUFFIX))
+        config.write_text(with_witness)
+        assert "configuration reloaded" in sighup(serve)
+        _cosigned_checkpoint(serve, log_key, vkey, 2)
+        # Removed again: nothing more is submitted, and what was kept stays kept.
+        config.write_text(with_witness.replace(entry, ""))
+        assert "configuration reloaded" in sighup(serve)
+        _admit(serve, deployment.operator, 2, 1)
+        time.sleep(2.5)
+        kept = load_cosigned(folder / WITNESSES)
+        assert [k.checkpoint.size for k in kept] == [2]
+        assert _metric(serve, deployment.operator, "pool_c2sp_witness_cosigned_size") is None
+    finally:
+        serve.kill()
+    assert "Traceback" not in serve.output()
