@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from joulepool.deployment.config import CONFIG, WITNESSES, config_digest, read_config
+from joulepool.deployment.config import CONFIG, LEDGER, WITNESSES, config_digest, read_config
 from joulepool.deployment.cosigned import file_name, keep_cosigned, load_cosigned
 from joulepool.deployment.init import init_deployment
 from joulepool.deployment.open import open_pool
+from joulepool.deployment.verify import verified
 from joulepool.errors import InvalidInput, StoreError
 from joulepool.grade import Energy, Grade
 from joulepool.ledger.checkpoint import (
@@ -30,6 +31,7 @@ from joulepool.ledger.checkpoint import (
 from joulepool.ledger.rollback import LedgerRolledBack
 from joulepool.pool import Pool
 from joulepool.stores.base import head_at
+from joulepool.stores.file import FileStore
 from tests.support.builders import claim
 from tests.support.ledgers import OTHER, WITNESS
 
@@ -124,6 +126,16 @@ def test_a_kept_cosigned_checkpoint_refuses_a_shorter_or_other_history(
     with pytest.raises(LedgerRolledBack, match="rewritten or replaced") as other:
         open_pool(backup)
     assert (other.value.length, other.value.acknowledged) == (12, 10)
+    # Its head line edited to fit the other history: the start check, which reads heads,
+    # passes, but the root the witness signed does not, and `pool ledger verify` says so.
+    edited = backup / WITNESSES / kept.path.name
+    with FileStore(backup / LEDGER, writer=False) as store:
+        other_head = head_at(store, 10)
+    edited.write_bytes(edited.read_bytes().replace(head.hex().encode(), other_head.hex().encode()))
+    open_pool(backup).close()
+    with pytest.raises(LedgerRolledBack, match="tree root after 10 entries") as root:
+        verified(str(backup))
+    assert f"C2SP witness {NAME}" in str(root.value)
     # The ledger that the witness saw opens, and grows past it.
     _grow(folder, "c", 1).close()
 

@@ -28,6 +28,7 @@ cosignature came back.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -35,7 +36,7 @@ from typing import Final
 from joulepool.errors import DiskFull, StoreError, no_space
 from joulepool.files import write_atomically
 from joulepool.ledger.checkpoint import Checkpoint, CheckpointRefused
-from joulepool.ledger.merkle import HASH_SIZE
+from joulepool.ledger.merkle import HASH_SIZE, CompactRange
 from joulepool.ledger.note import (
     ALG_COSIGNATURE_V1,
     MAX_NOTE_BYTES,
@@ -44,7 +45,7 @@ from joulepool.ledger.note import (
     VerifierKey,
     open_note,
 )
-from joulepool.ledger.rollback import HighWater, Mark
+from joulepool.ledger.rollback import HighWater, LedgerRolledBack, Mark
 
 MAGIC: Final = "pool-cosigned/1"
 SUFFIX: Final = ".cosigned"
@@ -126,6 +127,38 @@ def cosigned_marks(folder: Path, problems: list[str] | None = None) -> list[Mark
     """The points the kept cosigned checkpoints vouch for, as marks a ledger must reach
     (§6.1, DESIGN.md §8). One at size 0 covers no entry."""
     return [k.mark() for k in load_cosigned(folder, problems) if k.checkpoint.size]
+
+
+def check_roots(
+    kept: Iterable[KeptCosigned], length: int, entries: Iterable[bytes], where: str
+) -> None:
+    """Refuse a ledger of `length` entries whose RFC 9162 root at a kept checkpoint's size
+    is not the root the witness cosigned (DESIGN.md §8, §6.1): what `pool ledger verify`
+    checks besides the head each mark carries, so a file whose head line was edited to fit
+    another history is caught by the part the witness signed. `entries` is read once, as
+    far as the largest size asked."""
+    wanted = sorted((k for k in kept if 0 < k.checkpoint.size <= length), key=_size)
+    if not wanted:
+        return
+    tree = CompactRange()
+    it = iter(entries)
+    for k in wanted:
+        while tree.size < k.checkpoint.size:
+            tree.append(next(it))
+        if tree.root() != k.checkpoint.root_hash:
+            source = k.mark().source
+            raise LedgerRolledBack(
+                f"{where}: its tree root after {k.checkpoint.size} entries is not the root "
+                f"of {source} (the ledger has {length} entries): its history was rewritten "
+                "or replaced by another. Refusing it",
+                length,
+                k.checkpoint.size,
+                source,
+            )
+
+
+def _size(kept: KeptCosigned) -> int:
+    return kept.checkpoint.size
 
 
 def _read(data: bytes, path: Path) -> KeptCosigned:
