@@ -102,6 +102,11 @@ def parse_witness(entry: object, where: str = "c2sp_witness") -> WitnessConfig:
         raise InvalidInput(f"{where}.url", str(exc)) from None
     if "?" in url:
         raise InvalidInput(f"{where}.url", "must hold no query: add-checkpoint is appended to it")
+    if url.rstrip("/").endswith("/add-checkpoint"):
+        # The endpoint itself, not its base: appending would post to .../add-checkpoint/add-checkpoint.
+        raise InvalidInput(
+            f"{where}.url", "is the add-checkpoint endpoint; give its base URL, ending in '/'"
+        )
     if not isinstance(vkey_text, str):
         raise InvalidInput(f"{where}.vkey", "must be a verifier key string")
     try:
