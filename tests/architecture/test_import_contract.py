@@ -28,11 +28,21 @@ MAY_IMPORT: dict[str, set[str]] = {
     POOL: {PURE, LEDGER, STORES},
     "conformance": {PURE, LEDGER},
     "views": {PURE, LEDGER, POOL},
-    "deployment": {PURE, LEDGER, STORES, POOL},
+    "deployment": {PURE, LEDGER, STORES, POOL, "transparency"},
     "meters": {PURE},
     "transparency": {PURE, LEDGER},
     "bridges": {PURE, "meters", "views"},
-    "service": {PURE, LEDGER, STORES, POOL, "conformance", "deployment", "views", "meters"},
+    "service": {
+        PURE,
+        LEDGER,
+        STORES,
+        POOL,
+        "conformance",
+        "deployment",
+        "views",
+        "meters",
+        "transparency",
+    },
 }
 """For each part, the other parts it may import; a part not listed here (the CLI, the
 package's entry points) may import any."""

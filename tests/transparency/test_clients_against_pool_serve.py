@@ -1,5 +1,5 @@
 """The tenant's clients against a real `pool serve` (DESIGN.md §8, API.md "Transparency";
-docs/transparency-clients.md): a claim's bundle from `GET /v1/claims/{id}/proof` verifies
+docs/transparency.md): a claim's bundle from `GET /v1/claims/{id}/proof` verifies
 under `pool proof check` with the key `pool keys vkey` prints, a tenant's plain id proven
 by its namespaced entries; `pool proof follow` proves the ledger's growth round by round,
 from the consistency endpoint and from the served tiles."""

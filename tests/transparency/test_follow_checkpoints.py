@@ -1,7 +1,7 @@
 """`pool proof follow`: the tenant keeps the last verified checkpoint, accepts a larger one
 only with a consistency proof that verifies (from the server's endpoint or from its tiles),
 and raises the alarm on a rollback or a fork without ever overwriting what it kept
-(DESIGN.md §8; docs/transparency-clients.md). The log is served over real HTTP."""
+(DESIGN.md §8; docs/transparency.md). The log is served over real HTTP."""
 
 from __future__ import annotations
 

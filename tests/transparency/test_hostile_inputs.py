@@ -1,7 +1,7 @@
 """Every input the transparency clients read is hostile: any bytes as a bundle, any text
 as a verifier-key file, any value as a `[[c2sp_witness]]` entry, any note as a checkpoint
 to submit is a typed refusal (a `PoolError`) or a success, never another exception, and
-within the size bounds (docs/transparency-clients.md)."""
+within the size bounds (docs/transparency.md)."""
 
 from __future__ import annotations
 

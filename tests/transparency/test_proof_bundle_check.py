@@ -1,6 +1,6 @@
 """`pool proof check`: a saved proof bundle verifies offline under the log's verifier key,
 and every way a hostile bundle can be wrong is refused by name, never with a traceback
-(API.md, Transparency; docs/transparency-clients.md)."""
+(API.md, Transparency; docs/transparency.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 `tiles.build_tiles` writes them) and served by Python's own http.server on 127.0.0.1 is
 enough for a tenant: a follow round proves growth from its tiles, a rewritten history is a
 fork alarm, and a claim's bundle built from its tiles verifies under `pool proof check`
-(DESIGN.md §8; docs/transparency-clients.md)."""
+(DESIGN.md §8; docs/transparency.md)."""
 
 from __future__ import annotations
 

@@ -204,6 +204,7 @@ ENTRIES: dict[str, object] = {
     "an unknown field": [{"url": "https://w/", "vkey": WKEY.encode(), "name": "w"}],
     "a file URL": [{"url": "file:///etc/", "vkey": WKEY.encode()}],
     "a URL with a query": [{"url": "https://w/?a=1", "vkey": WKEY.encode()}],
+    "the endpoint, not its base": [{"url": "https://w/add-checkpoint", "vkey": WKEY.encode()}],
     "a log key, not a cosignature key": [{"url": "https://w/", "vkey": VKEY}],
     "a malformed vkey": [{"url": "https://w/", "vkey": "w+00000000+AAAA"}],
     "a number for the url": [{"url": 7, "vkey": WKEY.encode()}],

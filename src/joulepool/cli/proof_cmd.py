@@ -1,5 +1,5 @@
 """`pool proof check | follow`: a tenant's checks of the ledger as a C2SP transparency log
-(DESIGN.md §8, docs/transparency-clients.md)."""
+(DESIGN.md §8, docs/transparency.md)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def _emit_line(args: argparse.Namespace, summary: dict[str, object], line: str) 
 
 def default_state(url: str) -> Path:
     """Where `pool proof follow` keeps a log's checkpoint unless told: one file per URL
-    under $XDG_STATE_HOME/joulepool (docs/transparency-clients.md)."""
+    under $XDG_STATE_HOME/joulepool (docs/transparency.md)."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     name = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     return Path(base) / "joulepool" / f"checkpoint-{name}"
@@ -131,7 +131,7 @@ def _follow(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `pool proof check` and `pool proof follow` (docs/transparency-clients.md)."""
+    """Add `pool proof check` and `pool proof follow` (docs/transparency.md)."""
     p = sub.add_parser("proof", help="check a claim's proof bundle; follow the log's checkpoints")
     proof = p.add_subparsers(dest="proof_command", metavar="PROOF_COMMAND", required=True)
 

@@ -103,6 +103,7 @@ def build_service(
         max_device_power_w=config.max_device_power_w,
         start_tree=config.tree,
         origin=origin_or_none(config),
+        c2sp_witnesses=config.witnesses,
     )
 
 

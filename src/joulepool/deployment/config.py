@@ -5,6 +5,7 @@
     DIR/steward.pub      its public half, for anyone who verifies the ledger
     DIR/ledger.cbor      the ledger file (the entries as a CBOR sequence)
     DIR/witnesses/       witness receipts that verified, with the witnesses' public keys
+    DIR/cosigned/        the latest checkpoint each C2SP witness cosigned (`deployment.cosigned`)
     DIR/tokens.toml      bearer-token hashes for `pool serve`
     DIR/pool.serve.pid   the running `pool serve`'s pid; DIR/pool.reload.json its last
                          SIGHUP reload's outcome (`service.reloads`, `pool reload DIR`)
@@ -22,7 +23,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
@@ -33,14 +34,18 @@ from joulepool.periods import NONE, Schedule
 from joulepool.pool import MAX_CLOCK_GAP_MS
 from joulepool.tree import Entitlement, Tree
 
+if TYPE_CHECKING:
+    from joulepool.transparency.witness_client import WitnessConfig
+
 CONFIG = "pool.toml"
 KEY = "steward.key"
 PUBLIC_KEY = "steward.pub"
 LEDGER = "ledger.cbor"
 WITNESSES = "witnesses"
+COSIGNED = "cosigned"
 TOKENS = "tokens.toml"
 
-_TOP_KEYS = {"pool", "idle", "period", "entitlement", "transparency"}
+_TOP_KEYS = {"pool", "idle", "period", "entitlement", "transparency", "c2sp_witness"}
 _POOL_KEYS = {"steward", "required_evidence", "max_device_power_w", "max_clock_gap"}
 
 
@@ -62,6 +67,9 @@ class Config:
     origin: str | None = None
     """`[transparency] origin`: the checkpoint's origin line and the name of the steward's
     signed-note key (DESIGN.md §8). None: unset, and `joulepool/<steward>` applies."""
+    witnesses: tuple[WitnessConfig, ...] = ()
+    """`[[c2sp_witness]]`: the C2SP witnesses `pool serve` submits each new checkpoint to
+    (c2sp.org/tlog-witness; DESIGN.md §8). Empty: none."""
 
     @property
     def log_origin(self) -> str:
@@ -141,7 +149,29 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc.field}", exc.detail.rsplit(": ", 1)[-1]) from None
     tree = parse_tree(doc.get("entitlement"), where)
-    return Config(steward, tree, policy, required, period, ceiling, gap, _origin(doc, where))
+    return Config(
+        steward,
+        tree,
+        policy,
+        required,
+        period,
+        ceiling,
+        gap,
+        _origin(doc, where),
+        _witnesses(doc, where),
+    )
+
+
+def _witnesses(doc: Mapping[str, Any], where: str) -> tuple[WitnessConfig, ...]:
+    """`[[c2sp_witness]]` tables (API.md, pool.toml; c2sp.org/tlog-witness), refusals
+    naming the file."""
+    from joulepool.transparency.witness_client import parse_witnesses
+
+    try:
+        return parse_witnesses(doc.get("c2sp_witness"))
+    except InvalidInput as exc:
+        detail = exc.detail.removeprefix(f"{exc.field}: ")
+        raise InvalidInput(f"{where}: {exc.field}", detail) from None
 
 
 def _origin(doc: Mapping[str, Any], where: str) -> str | None:
@@ -172,7 +202,9 @@ def config_digest(config: Config) -> bytes:
     on its own). The release ceiling `max_device_power_w` is covered where it is set, so
     replicas refuse the same figures; unset, it leaves the digest as the rest makes it. So
     does `max_clock_gap` (DESIGN.md §3), and so does the checkpoint origin (DESIGN.md §8:
-    replicas must sign one log), so existing deployments keep their digest."""
+    replicas must sign one log), so existing deployments keep their digest. So do the
+    `[[c2sp_witness]]` entries (DESIGN.md §8: replicas of one log submit to the same
+    witnesses, or each would serve other cosignatures), in their order."""
     idle = config.idle
     doc: dict[str, Any] = {
         "pool.toml": 1,
@@ -187,6 +219,8 @@ def config_digest(config: Config) -> bytes:
         doc["max_clock_gap"] = config.max_clock_gap
     if config.origin is not None:
         doc["origin"] = config.origin
+    if config.witnesses:
+        doc["c2sp_witness"] = [{"url": w.url, "vkey": w.vkey.encode()} for w in config.witnesses]
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).digest()
 

@@ -230,6 +230,10 @@ def _hold_to_acknowledged(store: FileStore, where: Located, steward: str) -> Non
         refuse_rollback(store, marks)
     else:
         check_acknowledged(marks, len(store), lambda n: head_at(store, n), store.name)
+    from joulepool.deployment.cosigned import check_roots, load_cosigned
+
+    # The heads agree; the roots the witnesses signed are checked too (DESIGN.md §8).
+    check_roots(load_cosigned(where.witnesses), len(store), store.entries(), store.name)
 
 
 def ledger_attestation(

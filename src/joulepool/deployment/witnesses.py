@@ -154,8 +154,12 @@ def attestation(
 
 
 def kept_marks(folder: Path, steward: str) -> tuple[list[Mark], list[str]]:
-    """The marks the receipts kept in `folder` set for `steward`'s ledger, and a sentence
-    for each kept file that could not count (§6.1, §6.7)."""
+    """The marks the receipts kept in `folder` set for `steward`'s ledger, and those the
+    cosigned checkpoints kept there set (DESIGN.md §8: evidence exactly like a receipt), and
+    a sentence for each kept file that could not count (§6.1, §6.7)."""
+    from joulepool.deployment.cosigned import cosigned_marks
+
     problems: list[str] = []
     marks = receipt_marks(load_receipts(folder, problems), steward, problems)
+    marks += cosigned_marks(folder, problems)
     return marks, problems

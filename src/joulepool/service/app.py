@@ -110,6 +110,7 @@ def create_app(
         lambda: service.pool,
         lambda: service.witnesses,
         lambda: (service.last_reload_ok, service.last_reload_success_ms),
+        lambda: service.witnessing,
         tls_not_after_s=tls_not_after_s,
     )
     app.state.timeline = timeline

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -29,6 +30,9 @@ from joulepool.pool import Pool
 from joulepool.service.ledger_report import ledger_report
 from joulepool.service.tokens import Principal
 from joulepool.service.verdicts import VerdictBook
+
+if TYPE_CHECKING:
+    from joulepool.service.witnessing import Witnessing
 
 UJ_PER_J = 10**6
 MS_PER_S = 1000
@@ -105,6 +109,9 @@ def exported_names() -> set[str]:
         "pool_config_last_reload_successful",
         "pool_config_last_reload_success_timestamp_seconds",
         "pool_tls_certificate_expiry_timestamp_seconds",
+        "pool_c2sp_witness_cosigned_size",
+        "pool_c2sp_witness_last_cosigned_timestamp_seconds",
+        "pool_c2sp_witness_fork",
     }
     names |= {f"pool_commit_seconds{s}" for s in ("_bucket", "_sum", "_count", "_created")}
     return names
@@ -117,6 +124,10 @@ finished (ms since the epoch; None: none since start)."""
 
 def _no_reloads() -> tuple[bool, int | None]:
     return True, None
+
+
+def _no_witnessing() -> Witnessing | None:
+    return None
 
 
 class _PoolCollector(Collector):
@@ -132,12 +143,45 @@ class _PoolCollector(Collector):
         witnesses: Callable[[], Path | None],
         tenant: Principal | None = None,
         reloads: ReloadState = _no_reloads,
+        witnessing: Callable[[], Witnessing | None] = _no_witnessing,
     ) -> None:
         self._pool = pool
         self._verdicts = verdicts
         self._witnesses = witnesses
         self._tenant = tenant
         self._reloads = reloads
+        self._witnessing = witnessing
+
+    def _c2sp_witnesses(self) -> Iterator[Metric]:
+        """Per `[[c2sp_witness]]` (DESIGN.md §8): the size it last cosigned and when (its
+        cosignature's timestamp), so an alert can fire on lag, and 1 while it raised a fork
+        alarm. A witness that never cosigned has no size and no timestamp sample."""
+        witnessing = self._witnessing()
+        if witnessing is None:
+            return
+        size = GaugeMetricFamily(
+            "pool_c2sp_witness_cosigned_size",
+            "Tree size of the latest checkpoint the C2SP witness cosigned",
+            labels=["witness"],
+        )
+        when = GaugeMetricFamily(
+            "pool_c2sp_witness_last_cosigned_timestamp_seconds",
+            "When the C2SP witness cosigned that checkpoint (its cosignature's timestamp)",
+            labels=["witness"],
+        )
+        fork = GaugeMetricFamily(
+            "pool_c2sp_witness_fork",
+            "1 while the C2SP witness holds a checkpoint this ledger does not extend",
+            labels=["witness"],
+        )
+        for state in witnessing.states():
+            name = state.config.name
+            kept = state.kept
+            if kept is not None:
+                size.add_metric([name], kept.checkpoint.size)
+                when.add_metric([name], kept.timestamp)
+            fork.add_metric([name], 1 if state.alarm is not None else 0)
+        yield from (size, when, fork)
 
     def _reload_gauges(self) -> Iterator[Metric]:
         """The last reload's outcome, named as Prometheus names its own
@@ -205,6 +249,7 @@ class _PoolCollector(Collector):
         if self._tenant is not None:
             return
         yield from self._ledger(pool)
+        yield from self._c2sp_witnesses()
 
     def _ledger(self, pool: Pool) -> Iterator[Metric]:
         report = ledger_report(pool, self._witnesses(), witness=True)
@@ -276,6 +321,7 @@ class Metrics:
         pool: Callable[[], Pool | None],
         witnesses: Callable[[], Path | None],
         reloads: ReloadState = _no_reloads,
+        witnessing: Callable[[], Witnessing | None] = _no_witnessing,
         tls_not_after_s: int | None = None,
     ) -> None:
         self._pool = pool
@@ -288,7 +334,9 @@ class Metrics:
             registry=self.registry,
             buckets=COMMIT_BUCKETS,
         )
-        self.registry.register(_PoolCollector(pool, self.verdicts, witnesses, reloads=reloads))
+        self.registry.register(
+            _PoolCollector(pool, self.verdicts, witnesses, reloads=reloads, witnessing=witnessing)
+        )
         if tls_not_after_s is not None:
             self.registry.register(_TlsCollector(tls_not_after_s))
 

@@ -22,9 +22,18 @@ from joulepool.tree import Tree
 
 if TYPE_CHECKING:
     from joulepool.deployment.config import Config
+    from joulepool.service.witnessing import Witnessing
+    from joulepool.transparency.witness_client import WitnessConfig
 
 log = logging.getLogger("joulepool.serve")
 """The service's log: `pool serve` shows the `joulepool` loggers through uvicorn's config."""
+
+
+class WitnessFork(PoolError):
+    """A C2SP witness holds a checkpoint of this log that its ledger does not extend
+    (DESIGN.md §8): `/readyz` answers 503 until `pool serve` is restarted."""
+
+    code = "witness_fork"
 
 
 @dataclass
@@ -74,6 +83,9 @@ class Service:
     # The checkpoint origin (DESIGN.md §8), None where pool.toml gives none that can be one.
     origin: str | None = None
     _published: PublishedLog | None = None
+    # `[[c2sp_witness]]` in force, and their submitters once the ledger is replayed.
+    c2sp_witnesses: tuple[WitnessConfig, ...] = ()
+    witnessing: Witnessing | None = None
 
     def start(self) -> None:
         """Replay the ledger (§6.1); only then is the service ready. A store that cannot be
@@ -107,6 +119,7 @@ class Service:
         self.pool = pool
         self._agree(pool)
         self._index_in_background()
+        self._witness()
         log.info("ready: %s, %d entries replayed", pool.store.name, pool.length)
 
     def _index_in_background(self) -> None:
@@ -124,6 +137,31 @@ class Service:
                 log.warning("tile index not built at start: %s", exc)
 
         threading.Thread(target=run, name="tile-index", daemon=True).start()
+
+    def _witness(self) -> None:
+        """Start submitting checkpoints to the `[[c2sp_witness]]` witnesses (DESIGN.md §8),
+        each on its own thread (`service.witnessing`)."""
+        if self.witnesses is None:
+            return
+        from joulepool.service.witnessing import Witnessing
+
+        with self.lock:
+            if self.witnessing is None:
+                self.witnessing = Witnessing(self.witnesses, self.published)
+        self.witnessing.configure(self.c2sp_witnesses)
+
+    def checkpoint_note(self) -> bytes:
+        """The newest signed checkpoint with the cosignature lines of every witness that
+        cosigned exactly it (c2sp.org/tlog-cosignature; DESIGN.md §8): the tlog convention
+        of serving the latest with what it has, plain where no witness has cosigned it yet.
+        A follower that wants cosigned checkpoints only polls until one is."""
+        from joulepool.ledger.checkpoint import add_signatures
+
+        published = self.published()
+        head = published.head()
+        witnessing = self.witnessing
+        lines = witnessing.signatures_for(head, published.origin) if witnessing else []
+        return add_signatures(head.note, lines) if lines else head.note
 
     def _agree(self, pool: Pool) -> None:
         """On a shared store, record this replica's configuration, or learn it differs."""
@@ -210,12 +248,16 @@ class Service:
         self.origin = origin_or_none(config)
         if self._published is not None and self.origin is not None:
             self._published.origin = self.origin
+        self.c2sp_witnesses = config.witnesses
+        if self.witnessing is not None:
+            self.witnessing.configure(config.witnesses)
 
     def readiness(self) -> dict[str, Any]:
         """/readyz: ready once replayed and while the next write can be expected to
         succeed (the disk has room; PostgreSQL answers, within a bound, and records this
         replica's configuration) and the clock can date an entry (DESIGN.md §3:
-        `clock_behind_ledger`, `clock_jump`). Otherwise `ApiError` 503 naming the cause,
+        `clock_behind_ledger`, `clock_jump`) and no C2SP witness raised a fork alarm
+        (DESIGN.md §8: `witness_fork`). Otherwise `ApiError` 503 naming the cause,
         logged once."""
         pool = self.ready_pool()
         try:
@@ -224,7 +266,12 @@ class Service:
             fault = pool.clock_fault()
             if fault is not None:
                 raise fault
-        except (StoreError, ClockFault) as exc:
+            forks = self.witnessing.alarms() if self.witnessing is not None else {}
+            if forks:
+                # A witness saw another history of this log: an operator must look before
+                # anyone relies on it (DESIGN.md §8; docs/transparency.md, Witnessing).
+                raise WitnessFork("; ".join(forks[name] for name in sorted(forks)))
+        except (StoreError, ClockFault, WitnessFork) as exc:
             if exc.code != self.unready:
                 log.error("not ready: %s: %s", exc.code, exc)
                 self.unready = exc.code
@@ -250,6 +297,8 @@ class Service:
         self.stopping = True
         for hook in self.stop_hooks:
             hook()
+        if self.witnessing is not None:
+            self.witnessing.stop()
         if self.committer is not None:
             self.committer.close()
         if self.pool is not None:

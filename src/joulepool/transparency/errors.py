@@ -1,4 +1,4 @@
-"""The refusals of the transparency clients (docs/transparency-clients.md), one class per
+"""The refusals of the transparency clients (docs/transparency.md), one class per
 thing that can fail, so `pool proof` prints which one and a caller can catch one kind."""
 
 from __future__ import annotations

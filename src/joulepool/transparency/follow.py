@@ -1,6 +1,6 @@
 """Following the log as a tenant: keep the last verified checkpoint, accept a new one only
 as a proven extension of it, and raise the alarm on a rollback or fork (DESIGN.md §8;
-c2sp.org/tlog-checkpoint; RFC 9162 §2.1.4.2; docs/transparency-clients.md).
+c2sp.org/tlog-checkpoint; RFC 9162 §2.1.4.2; docs/transparency.md).
 
 Each round fetches `<url>/checkpoint`, verifies its signature, and compares it with the kept
 one: the same size must have the same root; a smaller size is a rollback; a larger one must
@@ -42,7 +42,7 @@ class Round:
     previous: SignedCheckpoint | None
 
     def summary(self) -> dict[str, object]:
-        """The JSON `pool proof follow --json` prints per round (docs/transparency-clients.md)."""
+        """The JSON `pool proof follow --json` prints per round (docs/transparency.md)."""
         out: dict[str, object] = {
             "outcome": self.outcome,
             "origin": self.kept.checkpoint.origin,
@@ -79,7 +79,7 @@ def read_state(
     path: Path, keys: tuple[VerifierKey, ...], witnesses: tuple[VerifierKey, ...] = ()
 ) -> SignedCheckpoint | None:
     """The kept checkpoint, verified again by the tenant's keys, or None when the state file
-    does not exist yet (docs/transparency-clients.md, state file)."""
+    does not exist yet (docs/transparency.md, state file)."""
     try:
         with path.open("rb") as f:
             raw = f.read(MAX_NOTE_BYTES + 1)
@@ -153,7 +153,7 @@ def follow_round(
     witnesses: tuple[VerifierKey, ...] = (),
     quorum: int = 0,
 ) -> Round:
-    """One round of following the log at `url` (DESIGN.md §8; docs/transparency-clients.md):
+    """One round of following the log at `url` (DESIGN.md §8; docs/transparency.md):
     the kept checkpoint is replaced only by a signed one proven to extend it; a rollback or
     a fork raises `ForkAlarm` and leaves the kept one as it is. With `witnesses`, a new
     checkpoint must carry at least `quorum` of their cosignatures (c2sp.org/tlog-cosignature):

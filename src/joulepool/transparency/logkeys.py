@@ -39,7 +39,7 @@ def parse_vkeys(
 ) -> tuple[VerifierKey, ...]:
     """Ed25519 (0x01) verifier keys, one a line, each alone or after the number of the first
     entry it signs (as `pool keys vkey --all` prints them); blank lines and `#` comments
-    skipped (c2sp.org/signed-note, Verifier keys; docs/transparency-clients.md)."""
+    skipped (c2sp.org/signed-note, Verifier keys; docs/transparency.md)."""
     keys: list[VerifierKey] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -70,7 +70,7 @@ def load_vkeys(
     value: str, algorithm: int = ALG_ED25519, flag: str = "--vkey"
 ) -> tuple[VerifierKey, ...]:
     """`--vkey V` (or `--witness-vkey W`): a verifier key itself, or a file of one or more,
-    one a line (docs/transparency-clients.md)."""
+    one a line (docs/transparency.md)."""
     if "+" in value and "\n" not in value and not Path(value).exists():
         return parse_vkeys(value, flag, algorithm)
     path = Path(value)

@@ -1,4 +1,4 @@
-"""A claim's proof bundle, checked offline (API.md, Transparency; docs/transparency-clients.md).
+"""A claim's proof bundle, checked offline (API.md, Transparency; docs/transparency.md).
 
 The bundle is what `GET /v1/claims/{id}/proof` answers, saved as a file:
 
@@ -66,7 +66,7 @@ class ProvenClaim:
     entries: tuple[ProvenEntry, ...]
 
     def summary(self) -> dict[str, Any]:
-        """The JSON `pool proof check --json` prints (docs/transparency-clients.md)."""
+        """The JSON `pool proof check --json` prints (docs/transparency.md)."""
         return {
             "claim": self.claim,
             "ledger_claim": self.ledger_claim,

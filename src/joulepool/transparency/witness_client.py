@@ -23,6 +23,7 @@ the checkpoint it serves.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -89,7 +90,9 @@ def parse_witness(entry: object, where: str = "c2sp_witness") -> WitnessConfig:
     unknown = sorted(str(k)[:48] for k in entry.keys() - _ENTRY_KEYS)
     missing = sorted(_ENTRY_KEYS - entry.keys())
     if unknown or missing:
-        raise InvalidInput(where, f"unknown field(s) {unknown}, missing {missing}")
+        near = [m for k in unknown for m in difflib.get_close_matches(k, sorted(_ENTRY_KEYS), 1)]
+        hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+        raise InvalidInput(where, f"unknown field(s) {unknown}, missing {missing}{hint}")
     url, vkey_text = entry["url"], entry["vkey"]
     if not isinstance(url, str):
         raise InvalidInput(f"{where}.url", "must be a string")
@@ -99,6 +102,11 @@ def parse_witness(entry: object, where: str = "c2sp_witness") -> WitnessConfig:
         raise InvalidInput(f"{where}.url", str(exc)) from None
     if "?" in url:
         raise InvalidInput(f"{where}.url", "must hold no query: add-checkpoint is appended to it")
+    if url.rstrip("/").endswith("/add-checkpoint"):
+        # The endpoint itself, not its base: appending would post to .../add-checkpoint/add-checkpoint.
+        raise InvalidInput(
+            f"{where}.url", "is the add-checkpoint endpoint; give its base URL, ending in '/'"
+        )
     if not isinstance(vkey_text, str):
         raise InvalidInput(f"{where}.vkey", "must be a verifier key string")
     try:

@@ -36,7 +36,7 @@ async def healthz() -> dict[str, str]:
 def readyz(service: Service = Depends(served)) -> Response:
     """Ready once the ledger has been replayed (§6.1) and while writes can succeed: 503
     with a code naming the cause (`not_ready`, `disk_full`, `store_unavailable`,
-    `config_mismatch`, `clock_behind_ledger`, `clock_jump`, ...) otherwise."""
+    `config_mismatch`, `clock_behind_ledger`, `clock_jump`, `witness_fork`, ...) otherwise."""
     return JSONResponse(service.readiness())
 
 

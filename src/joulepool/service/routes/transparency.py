@@ -40,9 +40,10 @@ def _b64(data: bytes) -> str:
 def checkpoint(service: Service = Depends(served)) -> Response:
     """The ledger's signed checkpoint (c2sp.org/tlog-checkpoint, DESIGN.md §8): origin, size
     (the ledger's length), RFC 9162 root, signed by the steward key in force. No token
-    needed; signed at most a second before it is served."""
-    signed = service.published().head()
-    return Response(signed.note, media_type=TEXT, headers={"Cache-Control": "max-age=1"})
+    needed; signed at most a second before it is served. It carries the cosignature/v1 line
+    of every `[[c2sp_witness]]` that cosigned exactly it (c2sp.org/tlog-cosignature)."""
+    note = service.checkpoint_note()
+    return Response(note, media_type=TEXT, headers={"Cache-Control": "max-age=1"})
 
 
 @router.get(
