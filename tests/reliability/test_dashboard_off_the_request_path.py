@@ -34,14 +34,16 @@ ENTRIES = 200_000
 """Long enough that reading the history takes seconds on the development machine."""
 
 DASHBOARD_CLIENTS = 60
-BOUND_S = {"/healthz": 0.5, "/readyz": 1.0}
+BOUND_S = {"/healthz": 1.0, "/readyz": 1.5}
 """The slowest answer each probe may give. /healthz needs only the event loop; /readyz a
 request thread, which it gets at once but then shares the interpreter with the build and
-the dashboards, and the machine with other suites (0.23 to 0.53 s seen at load 1 to 5).
-Reading the history in a request held /healthz and releases for the whole read: 2.1 s."""
+the dashboards, and the machine with other suites (0.23 to 0.55 s seen at load 1 to 8).
+Reading the history in a request held /healthz and releases for the whole read: 2.1 s at
+200,000 entries, so the bounds leave room for a loaded machine and still catch a stall."""
 
-RELEASE_BOUND_S = 1.0
-"""A release also waits for its fsync, on a disk other sessions share."""
+RELEASE_BOUND_S = 1.5
+"""A release also waits for its fsync, on a disk other sessions share (up to 1.03 s seen at
+load 8; a stalled one waited 2.0 s)."""
 
 # Tenants asking for the dashboard at once, each until it answers 200, waiting as long as
 # Retry-After says between tries; in a process of its own, so the test's timings are not
