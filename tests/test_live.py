@@ -5,6 +5,7 @@ the share of the reservation used, the projected exhaustion, and bounded memory.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,9 @@ def fed(power_w: int, seconds: int, grade: Grade = H, every_s: int = 30) -> Clai
     return live
 
 
-def view(live: ClaimLive | None, now_s: int, reserved_uj: int = 10**12, held: int = 1) -> dict:
+def view(
+    live: ClaimLive | None, now_s: int, reserved_uj: int = 10**12, held: int = 1
+) -> dict[str, Any]:
     return project(
         live,
         key="c",

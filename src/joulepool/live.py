@@ -43,6 +43,10 @@ MAX_TEXT = 256
 DEFAULT_SAMPLE_PERIOD_MS = 30_000
 """The agent's sample period by default (`sample_every_s` = 30 in the bridge's config)."""
 
+MIN_PERIOD_MS = 1_000
+MAX_PERIOD_MS = 3_600_000
+"""The sample periods a sender may declare: a second to an hour."""
+
 NO_READING = "no_reading"
 """Why there is no §2.7 verdict when no reading has arrived since this process started."""
 
@@ -56,6 +60,7 @@ class Reading:
 
     at_ms: int
     energy: Energy
+    every_ms: int = DEFAULT_SAMPLE_PERIOD_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,7 @@ class ClaimLive:
     samples: deque[Reading] = field(default_factory=deque)
     progress: Progress | None = None
     job: Job | None = None
+    every_ms: int = DEFAULT_SAMPLE_PERIOD_MS
 
     @property
     def latest(self) -> Reading | None:
@@ -104,8 +110,9 @@ def _text(value: object, where: str) -> str:
 
 def parse_reading(body: object, where: str = "body") -> tuple[Reading, Job | None]:
     """A reading as API.md's `POST /v1/claims/{id}/readings` takes it (DESIGN.md §7):
-    `{"at_ms", "energy": {"uj", "grade"}, "job"?: {"id", "user"?, "name"?}}`."""
-    obj = check_keys(body, where, ("at_ms", "energy"), ("job",))
+    `{"at_ms", "energy": {"uj", "grade"}, "every_ms"?, "job"?: {"id", "user"?, "name"?}}`,
+    where `every_ms` is the sender's sample period (a reading is stale after two)."""
+    obj = check_keys(body, where, ("at_ms", "energy"), ("every_ms", "job"))
     at_ms = check_figure(obj["at_ms"], f"{where}.at_ms")
     energy = Energy.from_json(obj["energy"], f"{where}.energy")
     job = None
@@ -116,14 +123,21 @@ def parse_reading(body: object, where: str = "body") -> tuple[Reading, Job | Non
             _text(j["user"], f"{where}.job.user") if "user" in j else None,
             _text(j["name"], f"{where}.job.name") if "name" in j else None,
         )
-    return Reading(at_ms, energy), job
+    every = DEFAULT_SAMPLE_PERIOD_MS
+    if "every_ms" in obj:
+        every = check_figure(obj["every_ms"], f"{where}.every_ms")
+        if not MIN_PERIOD_MS <= every <= MAX_PERIOD_MS:
+            raise InvalidInput(
+                f"{where}.every_ms", f"must be between {MIN_PERIOD_MS} and {MAX_PERIOD_MS} ms"
+            )
+    return Reading(at_ms, energy, every), job
 
 
 def parse_progress(body: object, at_ms: int, where: str = "body") -> Progress:
     """A progress report as API.md takes it: `{"units", "unit"?, "total"?}` (§5.1)."""
     obj = check_keys(body, where, ("units",), ("unit", "total"))
     units = check_figure(obj["units"], f"{where}.units")
-    unit = _text(obj["unit"], f"{where}.unit") if "unit" in obj else "units"
+    unit = _text(obj["unit"], f"{where}.unit") if "unit" in obj else "steps"
     total = check_figure(obj["total"], f"{where}.total") if "total" in obj else None
     return Progress(units, unit, total, at_ms)
 
@@ -153,6 +167,7 @@ def record_reading(
         if reading.at_ms == last.at_ms:
             live.samples.pop()
     live.samples.append(reading)
+    live.every_ms = reading.every_ms
     if job is not None:
         live.job = job
     # The oldest sample kept is the newest one at least a window before the latest: the

@@ -48,6 +48,7 @@ def build_service(
     is taken here, before replay: a second `pool serve` on the folder is refused at once
     (`LedgerLocked`, naming the pid that holds it), never left unready for ever.
     """
+    from joulepool.deployment.claim_tokens import claim_secret
     from joulepool.deployment.config import (
         CONFIG,
         LEDGER,
@@ -96,6 +97,7 @@ def build_service(
         folder / WITNESSES,
         config_digest=digest,
         max_device_power_w=config.max_device_power_w,
+        claim_secret=claim_secret(folder),
     )
 
 

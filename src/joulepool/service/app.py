@@ -36,6 +36,7 @@ from joulepool.service.routes import (
     decisions,
     entitlements,
     ledger,
+    live,
     probes,
     witnesses,
 )
@@ -48,7 +49,7 @@ DASHBOARD_WORKERS = 2
 """Threads answering `GET /v1/dashboard`, apart from the request threads: how many
 dashboards are computed at once, however many tenants ask (docs/reliability.md §16)."""
 
-ROUTERS = (claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
+ROUTERS = (claims, live, entitlements, ledger, decisions, witnesses, dashboard, probes)
 """Every resource's router, in the order their routes are matched and documented."""
 
 
@@ -93,7 +94,12 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.add_middleware(Boundary, tokens=lambda: service.tokens, limits=limits or Limits())
+    app.add_middleware(
+        Boundary,
+        tokens=lambda: service.tokens,
+        limits=limits or Limits(),
+        claim_tokens=service.is_claim_token,
+    )
     if access_log is not None:
         # Added last, so outermost: the boundary's refusals are logged too.
         app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])

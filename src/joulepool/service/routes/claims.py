@@ -12,16 +12,14 @@ from fastapi.responses import JSONResponse, Response
 
 from joulepool.admission import Admit
 from joulepool.claim import Claim
-from joulepool.claim_id import check_claim_id, lookup_ids, namespaced, shown_id
+from joulepool.claim_id import check_claim_id, namespaced
 from joulepool.errors import InvalidInput
 from joulepool.grade import Energy
-from joulepool.ledger.entry import brief as brief_id
 from joulepool.service import models as m
 from joulepool.service.access_log import note
 from joulepool.service.body import BODY, documented, fields, json_body
 from joulepool.service.deps import (
     ERRORS,
-    ApiError,
     acting,
     log,
     operator,
@@ -125,6 +123,7 @@ async def release(
             finding.words,
         )
     rel = await committer.release(claim_id, actual)
+    committer.pool.forget_live(claim_id)
     note(request.scope, claim_id, "released" if finding is None else f"released:{finding.kind}")
     metrics.commit_seconds.observe(time.perf_counter() - started)
     return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
@@ -140,20 +139,6 @@ def claim_state(
     claim_id: str, who: Principal = Depends(principal), service: Service = Depends(served)
 ) -> Response:
     """A claim's state; Queue and Deny leave no record (§6.2)."""
-    pool = service.fresh_pool()
-    # A claim the token may not see is answered exactly like one that does not exist.
-    found = (pool.claim_state(i) for i in lookup_ids(who.tenant, claim_id))
-    state = next(
-        (
-            s
-            for s in found
-            if s is not None and (who.operator or who.may_act_on(pool.tree, s.admitted.entitlement))
-        ),
-        None,
-    )
-    if state is None:
-        raise ApiError(404, "unknown_claim", f"no claim {brief_id(claim_id)}")
-    from joulepool.views.claims import claim_json
+    from joulepool.service.routes.live import visible_claim
 
-    out = claim_json(state, shown_id(who.tenant, state.claim))
-    return JSONResponse(out)
+    return visible_claim(who, service, claim_id)
