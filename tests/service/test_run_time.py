@@ -4,6 +4,7 @@ live figures and filters, and `pool progress` from a job's environment."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -216,3 +217,35 @@ def test_run_time_a_claim_secret_others_may_read_is_refused(tmp_path: Path) -> N
     (d.folder / CLAIM_SECRET).chmod(0o644)
     out = pool_cli("claim-token", str(d.folder), "x")
     assert out.returncode == 1 and "chmod 600" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_run_time_pool_claims_reads_beside_pool_serve_and_asks_it_for_live_figures(
+    served: tuple[Deployment, Serve], tmp_path: Path
+) -> None:
+    d, serve = served
+    t = now_ms() - 60_000
+    with serve.client(d.operator) as ops:
+        assert ops.post("/v1/claims", json=claim("shown")).json()["verdict"] == "admit"
+        ops.post("/v1/claims/shown/readings", json=reading(t, 0))
+        ops.post("/v1/claims/shown/readings", json=reading(t + 60_000, 60 * J))
+        api = ops.get("/v1/claims/shown").json()
+    # Beside the running writer: no ledger_locked, and the same claim.
+    local = pool_cli("claims", str(d.folder), "--state", "running", "--json")
+    assert local.returncode == 0, local.stderr
+    row = next(c for c in json.loads(local.stdout)["claims"] if c["claim"] == "shown")
+    assert row["reserved"] == api["reserved"] and row["admitted_seq"] == api["admitted_seq"]
+    one = pool_cli("claim", str(d.folder), "shown", "--json")
+    assert one.returncode == 0 and json.loads(one.stdout)["state"] == "running"
+    token = tmp_path / "ops.token"
+    token.write_text(d.operator + "\n")
+    token.chmod(0o600)
+    asked = pool_cli("claims", "--url", serve.url, "--token-file", str(token), "--json")
+    assert asked.returncode == 0, asked.stderr
+    shown = next(c for c in json.loads(asked.stdout)["claims"] if c["claim"] == "shown")
+    assert shown["live"] == api["live"] and shown["live"]["power_uw"] == 1_000_000
+    human = pool_cli("claim", "shown", "--url", serve.url, "--token-file", str(token))
+    assert human.returncode == 0 and "power 1.0 W" in human.stdout, human.stdout
+    table = pool_cli("claims", "--url", serve.url, "--token-file", str(token), "--state", "running")
+    assert table.returncode == 0 and "shown" in table.stdout and "so far" in table.stdout
+    nobody = pool_cli("claim", "nobody", "--url", serve.url, "--token-file", str(token))
+    assert nobody.returncode == 1 and nobody.stderr.startswith("pool: unknown_claim:")

@@ -17,6 +17,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 TIMEOUT_S = 5.0
 """How long one report may take: a training step never waits longer on the service."""
@@ -107,3 +109,56 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("claim", metavar="CLAIM", help="the claim's ledger id")
     p.set_defaults(handler=_claim_token)
+
+
+def client_of(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The service and token a read asks (`--url` or POOL_URL, `--token-file`), or None to
+    read the ledger here. A URL without a token file is refused by name."""
+    from joulepool.errors import InvalidInput
+
+    url = getattr(args, "url", None) or (None if args.dir else os.environ.get("POOL_URL"))
+    if url is None:
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise InvalidInput("--url", "must be http(s)://host[:port]")
+    if not args.token_file:
+        raise InvalidInput("--token-file", "asking a service needs a token file")
+    try:
+        token = Path(args.token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(args.token_file, f"cannot read the token: {exc}") from None
+    if not token or any(c.isspace() for c in token):
+        raise InvalidInput(args.token_file, "must hold one token on one line")
+    return url.rstrip("/"), token
+
+
+def ask(client: tuple[str, str], path: str, params: dict[str, object] | None = None) -> Any:
+    """GET `path` from the service as JSON; its error answer as a `PoolError` of its code."""
+    from joulepool.errors import PoolError
+
+    url, token = client
+    query = {k: str(v) for k, v in (params or {}).items() if v is not None}
+    full = url + path + ("?" + urllib.parse.urlencode(query) if query else "")
+    request = urllib.request.Request(full, headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            return json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        error = PoolError(f"HTTP {exc.code} from {url}")
+        try:
+            said = json.loads(exc.read(4096))
+            error = PoolError(str(said["detail"]))
+            error.code = str(said["error"])
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise error from None
+    except (urllib.error.URLError, OSError) as exc:
+        error = PoolError(f"{url}: {getattr(exc, 'reason', exc)}")
+        error.code = "unreachable"
+        raise error from None
+
+
+def add_client(p: argparse.ArgumentParser) -> None:
+    """`--url` and `--token-file`: ask a running `pool serve` instead of reading the ledger."""
+    p.add_argument("--url", help="ask this pool serve (default: POOL_URL when no DIR is given)")
+    p.add_argument("--token-file", metavar="F", help="file holding the bearer token for --url")
