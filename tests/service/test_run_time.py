@@ -249,3 +249,30 @@ def test_run_time_pool_claims_reads_beside_pool_serve_and_asks_it_for_live_figur
     assert table.returncode == 0 and "shown" in table.stdout and "so far" in table.stdout
     nobody = pool_cli("claim", "nobody", "--url", serve.url, "--token-file", str(token))
     assert nobody.returncode == 1 and nobody.stderr.startswith("pool: unknown_claim:")
+
+
+def test_run_time_metrics_add_up_the_same_live_figures_per_entitlement(
+    served: tuple[Deployment, Serve],
+) -> None:
+    d, serve = served
+    with serve.client(d.operator) as ops:
+        listed = ops.get("/v1/claims", params={"state": "running", "limit": 1000}).json()
+        text = ops.get("/metrics").text
+    vision = [c for c in listed["claims"] if c["entitlement"] == "vision"]
+    fresh = [c["live"]["energy_uj"] for c in vision if c["live"]["energy_uj"] is not None]
+    samples = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    assert float(samples['pool_running_energy_joules{entitlement="vision"}']) == sum(fresh) / J
+    assert int(float(samples['pool_running_read_claims{entitlement="vision"}'])) == len(fresh)
+    unread = len(vision) - len(fresh)
+    assert int(float(samples['pool_running_unread_claims{entitlement="vision"}'])) == unread
+    idle = {
+        k: int(float(v)) for k, v in samples.items() if k.startswith("pool_running_idle_claims{")
+    }
+    no_reading = (
+        'pool_running_idle_claims{entitlement="vision",reason="no_reading",verdict="no_verdict"}'
+    )
+    counted = sum(1 for c in vision if c["live"]["idle"]["reason"] == "no_reading")
+    assert idle[no_reading] == counted > 0
+    assert sum(v for k, v in idle.items() if 'entitlement="vision"' in k) == len(vision)

@@ -115,3 +115,36 @@ def page(
                 found.append(known)
         seq += 1
     return found, None
+
+
+@dataclass(slots=True)
+class EntitlementLive:
+    """One entitlement's running claims as their live figures add up (DESIGN.md §7):
+    energy so far over the claims with a fresh reading, how many have none, and how many
+    stand at each §2.7 verdict and reason."""
+
+    energy_uj: int = 0
+    read: int = 0
+    unread: int = 0
+    verdicts: dict[tuple[str, str], int] | None = None
+
+
+def live_by_entitlement(pool: Pool, now_ms: int | None = None) -> dict[str, EntitlementLive]:
+    """Every entitlement with running claims, its live sums (the `/metrics` gauges): the
+    same projections `GET /v1/claims` shows, added up per entitlement."""
+    at = pool.now_ms() if now_ms is None else now_ms
+    out: dict[str, EntitlementLive] = {}
+    for state in pool.running_claims():
+        projection = pool.projection(state, at)
+        if projection is None:
+            continue
+        sums = out.setdefault(state.admitted.entitlement, EntitlementLive(verdicts={}))
+        if projection.energy is None:
+            sums.unread += 1
+        else:
+            sums.read += 1
+            sums.energy_uj += projection.energy.uj
+        key = (projection.verdict, projection.reason or "")
+        assert sums.verdicts is not None
+        sums.verdicts[key] = sums.verdicts.get(key, 0) + 1
+    return out
