@@ -36,13 +36,14 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from pathlib import Path
 
 from joulepool.bridges.slurm.jobs import PoolClient, SlurmCommandFailed, SlurmJob, run_slurm
 from joulepool.errors import InvalidInput, PoolError
-from joulepool.grade import Energy, Grade
-from joulepool.meters.feed import claim_share
-from joulepool.meters.prometheus import DCGM_ENERGY, joules_text_to_uj, millijoules_text_to_uj
+
+DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+"""dcgm-exporter's per-GPU energy counter, in whole mJ (as `meters.prometheus` reads it)."""
 
 RAPL_FAMILIES = ("node_rapl_package_joules_total", "node_rapl_dram_joules_total")
 """node_exporter's RAPL counters the agent adds for a job holding its node whole."""
@@ -51,6 +52,10 @@ SCRAPE_TIMEOUT_S = 5.0
 MAX_EXPOSITION_BYTES = 8 * 1024 * 1024
 """An exporter's page larger than this is refused: a node has tens of GPUs, not millions."""
 MAX_TEXT = 256
+
+_EXACT = Context(prec=80)
+_FLOAT_EXACT_UJ = 2**51
+"""Above this a float64 printed in J no longer names one µJ (as `meters.prometheus` says)."""
 
 _LINE = re.compile(r"\A([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?\Z")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|\Z)')
@@ -99,6 +104,53 @@ def fetch_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
     return body.decode("utf-8")
 
 
+def _decimal(text: str, where: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise InvalidInput(where, f"the counter {text!r} is not a number") from None
+    if not value.is_finite() or value < 0:
+        raise InvalidInput(where, f"the counter is {text}, not a figure")
+    return value
+
+
+def mj_text_to_uj(text: str, where: str) -> int:
+    """A counter printed in whole mJ as exact µJ (DESIGN.md §7); a fraction is refused."""
+    value = _decimal(text, where)
+    if value != value.to_integral_value():
+        raise InvalidInput(where, f"the mJ counter {text} is not a whole number of mJ")
+    plain = text.lstrip("+").isascii() and text.lstrip("+").isdigit()
+    if not plain and value >= 2**53:
+        raise InvalidInput(where, f"the mJ counter {text} was printed from a lossy float")
+    return int(value) * 1000
+
+
+def j_text_to_uj(text: str, where: str) -> int:
+    """A counter printed in J (node_exporter: a float64 of µJ / 10**6) as the µJ it was
+    printed from, exactly (the nearest µJ while below 2**51 µJ), never through a float."""
+    value = _decimal(text, where)
+    micro = _EXACT.multiply(value, Decimal(1_000_000)).quantize(Decimal(1), ROUND_HALF_EVEN)
+    plain = text.lstrip("+").isascii() and text.lstrip("+").isdigit()
+    if not plain and micro > _FLOAT_EXACT_UJ:
+        raise InvalidInput(where, f"the joule counter {text} is too large to name one µJ")
+    return int(micro)
+
+
+def divide(total: int, occupants: Mapping[str, int], me: str) -> int:
+    """`me`'s share of `total` under standard §2.5 (`attribution.attribute`, restated with
+    the standard library for the node side): floor(total * w / W), the remainder one µJ at a
+    time to the largest fractional remainders, ties by occupant id."""
+    weight = sum(occupants.values())
+    if weight == 0:
+        raise InvalidInput("occupants", "all weights are zero")
+    shares = {o: total * w // weight for o, w in occupants.items()}
+    left = total - sum(shares.values())
+    order = sorted(occupants, key=lambda o: (-(total * occupants[o] % weight), o))
+    for o in order[:left]:
+        shares[o] += 1
+    return shares[me]
+
+
 def dcgm_counters(text: str, where: str) -> dict[int, int]:
     """Each GPU's energy counter in µJ, by its index (label `gpu`), from dcgm-exporter's page.
     A GPU listed twice with different values (one series per pod) is left out: ambiguous."""
@@ -106,7 +158,7 @@ def dcgm_counters(text: str, where: str) -> dict[int, int]:
     for _name, labels, value in parse_exposition(text, (DCGM_ENERGY,)):
         gpu = labels.get("gpu", "")
         if gpu.isascii() and gpu.isdigit() and len(gpu) <= 4:
-            seen.setdefault(int(gpu), set()).add(millijoules_text_to_uj(value, where))
+            seen.setdefault(int(gpu), set()).add(mj_text_to_uj(value, where))
     return {gpu: next(iter(v)) for gpu, v in seen.items() if len(v) == 1}
 
 
@@ -114,7 +166,7 @@ def rapl_counters(text: str, where: str) -> dict[str, int]:
     """Each RAPL zone's counter in µJ (`<family>:<index>`), from node_exporter's page."""
     out: dict[str, int] = {}
     for name, labels, value in parse_exposition(text, RAPL_FAMILIES):
-        out[f"{name}:{labels.get('index', '')}"] = joules_text_to_uj(value, where)
+        out[f"{name}:{labels.get('index', '')}"] = j_text_to_uj(value, where)
     return out
 
 
@@ -258,9 +310,9 @@ class Sampler:
                 track = Track(job.note.claim)
                 self.tracks[job.job_id] = track
                 base_ms = self._baseline(job, detail, counters, track)
-                self._post(job, detail, track, base_ms, Energy(0, Grade.HwShunt))
+                self._post(job, detail, track, base_ms, 0, "HwShunt")
             energy = self._energy(job, counters, track, holders)
-            if energy is not None and self._post(job, detail, track, at_ms, energy):
+            if energy is not None and self._post(job, detail, track, at_ms, *energy):
                 sent += 1
         return sent
 
@@ -340,28 +392,30 @@ class Sampler:
         counters: dict[str, int],
         track: Track,
         holders: Mapping[str, list[str]],
-    ) -> Energy | None:
-        per_device: dict[str, Energy] = {}
-        occupants: dict[str, dict[str, int]] = {}
+    ) -> tuple[int, str] | None:
+        """The job's energy since its baseline and its grade: whole devices keep HwShunt;
+        a device listed for several jobs is divided (§2.5) and makes it ModelBased."""
+        me = str(job.job_id)
+        total = 0
+        grade = "HwShunt"
         for key, value in counters.items():
             counter = track.counters.setdefault(key, Counter(value, value))
-            per_device[key] = Energy(counter.advance(value), Grade.HwShunt)
-            sharing = holders.get(key, [str(job.job_id)])
-            occupants[key] = dict.fromkeys(sharing, 1) or {str(job.job_id): 1}
-        if not per_device:
-            return None
-        if all(len(o) == 1 for o in occupants.values()):
-            return claim_share(str(job.job_id), per_device)
-        return claim_share(str(job.job_id), per_device, occupants)
+            spent = counter.advance(value)
+            sharing = holders.get(key) or [me]
+            if len(sharing) > 1:
+                spent = divide(spent, dict.fromkeys(sharing, 1), me)
+                grade = "ModelBased"
+            total += spent
+        return (total, grade) if counters else None
 
     def _post(
-        self, job: SlurmJob, detail: JobDetail, track: Track, at_ms: int, energy: Energy
+        self, job: SlurmJob, detail: JobDetail, track: Track, at_ms: int, uj: int, grade: str
     ) -> bool:
-        if track.posted_uj is not None and energy.uj < track.posted_uj:
+        if track.posted_uj is not None and uj < track.posted_uj:
             return False  # a shared GPU's share may shrink as occupants come: never send less
         body = {
             "at_ms": at_ms,
-            "energy": energy.to_json(),
+            "energy": {"uj": uj, "grade": grade},
             "every_ms": self.every_s * 1000,
             "job": {
                 "id": str(job.job_id),
@@ -374,5 +428,5 @@ class Sampler:
         if answer.status != 200:
             self.log(f"job {job.job_id}: reading refused: HTTP {answer.status} {answer.error}")
             return False
-        track.posted_uj = energy.uj
+        track.posted_uj = uj
         return True
