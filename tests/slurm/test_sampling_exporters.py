@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from joulepool.attribution import attribute
+from joulepool.bridges.slurm.config import BridgeConfigError, read_bridge_config
 from joulepool.bridges.slurm.sampling import (
     Counter,
     dcgm_counters,
@@ -143,3 +144,34 @@ def test_design_s7_node_exporters_rapl_counters_are_read_exactly(
     (zones / "intel-rapl:1" / "energy_uj").write_text("262143328849\n")
     later = rapl_counters(fetch_text(url), url)
     assert later["node_rapl_package_joules_total:1"] == 262_143_328_849
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("sample_every_s = 3601", "pool.sample_every_s"),
+        ('sample_every_s = "30"', "pool.sample_every_s"),
+        ('dcgm_url = "file:///etc/passwd"', "pool.dcgm_url"),
+        ('node_exporter_url = "9100"', "pool.node_exporter_url"),
+        ('gpu_state_dir = "relative"', "pool.gpu_state_dir"),
+    ],
+)
+def test_design_s7_bad_sampling_settings_are_refused_naming_the_key(
+    tmp_path: Path, line: str, key: str
+) -> None:
+    path = tmp_path / "pool-bridge.toml"
+    path.write_text(f'[pool]\nurl = "https://p.example"\ntoken_file = "/t"\n{line}\n')
+    with pytest.raises(BridgeConfigError, match=key.replace(".", r"\.")):
+        read_bridge_config(path)
+
+
+def test_design_s7_sampling_settings_default_to_every_30_s_and_no_exporter(tmp_path: Path) -> None:
+    path = tmp_path / "pool-bridge.toml"
+    path.write_text('[pool]\nurl = "https://p.example"\ntoken_file = "/t"\n')
+    config = read_bridge_config(path)
+    assert (config.sample_every_s, config.dcgm_url, config.node_exporter_url) == (30, None, None)
+    path.write_text(
+        path.read_text() + 'dcgm_url = "http://{node}:9400/metrics"\nsample_every_s = 0\n'
+    )
+    config = read_bridge_config(path)
+    assert (config.sample_every_s, config.dcgm_url) == (0, "http://{node}:9400/metrics")
