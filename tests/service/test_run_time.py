@@ -276,3 +276,29 @@ def test_run_time_metrics_add_up_the_same_live_figures_per_entitlement(
     counted = sum(1 for c in vision if c["live"]["idle"]["reason"] == "no_reading")
     assert idle[no_reading] == counted > 0
     assert sum(v for k, v in idle.items() if 'entitlement="vision"' in k) == len(vision)
+
+
+def test_design_s7_after_a_restart_a_running_claim_is_unknown_until_its_next_reading(
+    tmp_path: Path,
+) -> None:
+    d = Deployment.create(tmp_path / "d")
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            assert ops.post("/v1/claims", json=claim("kept")).json()["verdict"] == "admit"
+            ops.post("/v1/claims/kept/readings", json=reading(now_ms() - 1000, 0))
+            ops.post("/v1/claims/kept/readings", json=reading(now_ms(), 5 * J))
+            ops.post("/v1/claims/kept/progress", json={"units": 9})
+            assert ops.get("/v1/claims/kept").json()["live"]["energy_uj"] == 5 * J
+        serve.kill()
+        serve = start_serve(d.folder)
+        with serve.client(d.operator) as ops:
+            live = ops.get("/v1/claims/kept").json()["live"]
+            assert live["energy_uj"] is None and live["units"] is None
+            assert live["idle"] == {"verdict": "no_verdict", "reason": "no_reading"}
+            # Progress starts again from what the job says next, not from a forgotten 9.
+            assert ops.post("/v1/claims/kept/progress", json={"units": 3}).status_code == 200
+            ops.post("/v1/claims/kept/readings", json=reading(now_ms(), 6 * J))
+            assert ops.get("/v1/claims/kept").json()["live"]["energy_uj"] == 6 * J
+    finally:
+        serve.kill()
