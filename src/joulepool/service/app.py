@@ -29,6 +29,7 @@ from joulepool.service.body import with_request_schemas
 from joulepool.service.boundary import Boundary
 from joulepool.service.deps import ApiError, error, pool_error
 from joulepool.service.limits import Limits
+from joulepool.service.live_models import ProgressIn, ReadingIn
 from joulepool.service.metrics import Metrics
 from joulepool.service.routes import (
     claims,
@@ -123,6 +124,8 @@ REQUEST_MODELS = (
     m.IdleIn,
     m.AttributionIn,
     m.WitnessIn,
+    ReadingIn,
+    ProgressIn,
 )
 """The bodies the routes read (`service.body`), published in the OpenAPI schema."""
 

@@ -12,9 +12,10 @@ from joulepool.errors import InvalidInput
 from joulepool.ledger.entry import brief as brief_id
 from joulepool.live import parse_progress, parse_reading
 from joulepool.service import models as m
-from joulepool.service.body import BODY, json_body
+from joulepool.service.body import BODY, documented, json_body
 from joulepool.service.boundary import CLAIM_PREFIX
 from joulepool.service.deps import ERRORS, ApiError, operator, principal, require_scope, served
+from joulepool.service.live_models import ProgressIn, ReadingIn
 from joulepool.service.served import Service
 from joulepool.service.tokens import Principal
 from joulepool.views.live import DEFAULT_PAGE, check_filter, live_claim_json, page
@@ -28,6 +29,7 @@ _CLAIM_ERRORS = {**ERRORS, 404: {"model": m.ErrorOut}, 409: {"model": m.ErrorOut
     "/v1/claims/{claim_id:path}/readings",
     responses=_CLAIM_ERRORS,
     tags=["run time"],
+    openapi_extra=documented(ReadingIn),
 )
 async def readings(
     claim_id: str,
@@ -48,6 +50,7 @@ async def readings(
     "/v1/claims/{claim_id:path}/progress",
     responses=_CLAIM_ERRORS,
     tags=["run time"],
+    openapi_extra=documented(ProgressIn),
 )
 async def progress(
     claim_id: str,
