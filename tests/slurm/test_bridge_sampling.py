@@ -26,12 +26,9 @@ GPU_W = 250
 def bridge() -> Iterator[Bridge]:
     for b in module_bridge():
         text = b.config.read_text()
-        sampling = (
-            "[pool]\nsample_every_s = 1\n"
-            f'dcgm_url = "{b.bed.dcgm_url}"\n'
-            f'gpu_state_dir = "{b.root / "gpu-state"}"\n'
-        )
-        b.config.write_text(text.replace("[pool]\n", sampling, 1))
+        # `install_config` wrote where the agent finds the exporter and the Prolog's readings.
+        assert f'dcgm_url = "{b.bed.dcgm_url}"' in text and "gpu_state_dir = " in text
+        b.config.write_text(text.replace("[pool]\n", "[pool]\nsample_every_s = 1\n", 1))
         b.restart_agent()  # it reads its configuration at start
         yield b
 
