@@ -302,3 +302,25 @@ def test_design_s7_after_a_restart_a_running_claim_is_unknown_until_its_next_rea
             assert ops.get("/v1/claims/kept").json()["live"]["energy_uj"] == 6 * J
     finally:
         serve.kill()
+
+
+def test_run_time_a_tenants_claim_is_read_progressed_and_listed_under_its_own_name(
+    served: tuple[Deployment, Serve],
+) -> None:
+    d, serve = served
+    with serve.client(d.tenants["robotics"]) as tenant:
+        assert tenant.post("/v1/claims", json=claim("arm", "robotics")).json()["verdict"] == "admit"
+    ledger_id = "robotics/arm"
+    with serve.client(d.operator) as ops:
+        sent = ops.post(f"/v1/claims/{ledger_id}/readings", json=reading(now_ms(), 7 * J))
+        assert sent.status_code == 200, sent.text
+    token = pool_cli("claim-token", str(d.folder), ledger_id).stdout.strip()
+    env = {**os.environ, "POOL_URL": serve.url, "POOL_CLAIM": ledger_id, "POOL_CLAIM_TOKEN": token}
+    run = [sys.executable, "-m", "joulepool", "progress", "--units", "2"]
+    done = subprocess.run(run, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    with serve.client(d.tenants["robotics"]) as tenant:
+        live = tenant.get("/v1/claims/arm").json()["live"]
+        listed = tenant.get("/v1/claims", params={"state": "running"}).json()["claims"]
+    assert (live["energy_uj"], live["units"]) == (7 * J, 2)
+    assert [c["claim"] for c in listed] == ["arm"] and listed[0]["live"] == live
