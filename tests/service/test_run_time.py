@@ -324,3 +324,21 @@ def test_run_time_a_tenants_claim_is_read_progressed_and_listed_under_its_own_na
         listed = tenant.get("/v1/claims", params={"state": "running"}).json()["claims"]
     assert (live["energy_uj"], live["units"]) == (7 * J, 2)
     assert [c["claim"] for c in listed] == ["arm"] and listed[0]["live"] == live
+
+
+def test_run_time_an_unsafe_claim_secret_turns_claim_tokens_off_not_the_service(
+    tmp_path: Path,
+) -> None:
+    d = Deployment.create(tmp_path / "d")
+    token = pool_cli("claim-token", str(d.folder), "c").stdout.strip()
+    (d.folder / CLAIM_SECRET).chmod(0o644)
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            assert ops.post("/v1/claims", json=claim("c")).json()["verdict"] == "admit"
+            assert ops.post("/v1/claims/c/progress", json={"units": 1}).status_code == 200
+        with serve.client(token) as job:
+            assert job.post("/v1/claims/c/progress", json={"units": 2}).status_code == 401
+        assert "claim tokens are off" in serve.output() and "chmod 600" in serve.output()
+    finally:
+        serve.kill()

@@ -48,7 +48,6 @@ def build_service(
     is taken here, before replay: a second `pool serve` on the folder is refused at once
     (`LedgerLocked`, naming the pid that holds it), never left unready for ever.
     """
-    from joulepool.deployment.claim_tokens import claim_secret
     from joulepool.deployment.config import (
         CONFIG,
         LEDGER,
@@ -97,8 +96,25 @@ def build_service(
         folder / WITNESSES,
         config_digest=digest,
         max_device_power_w=config.max_device_power_w,
-        claim_secret=claim_secret(folder),
+        claim_secret=_claim_secret_or_none(folder),
     )
+
+
+def _claim_secret_or_none(folder: Path) -> bytes | None:
+    """The claim secret, made if absent; None, with a warning, where it cannot be made or
+    is unsafe: the service runs, and only claims' own tokens are refused (API.md Run time)."""
+    import logging
+
+    from joulepool.deployment.claim_tokens import claim_secret
+    from joulepool.errors import PoolError
+
+    try:
+        return claim_secret(folder)
+    except (PoolError, OSError) as exc:
+        logging.getLogger("joulepool.serve").warning(
+            "claim tokens are off (progress needs an operator token): %s", exc
+        )
+        return None
 
 
 def _tune_collector(service: Any) -> None:

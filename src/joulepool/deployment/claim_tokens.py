@@ -10,6 +10,7 @@ A claim token authorises that claim's progress reports and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -31,15 +32,19 @@ def claim_secret(folder: Path, *, create: bool = True) -> bytes:
     refused as `invalid_input` naming it."""
     path = folder / CLAIM_SECRET
     if create and not path.exists():
+        # Written whole beside it, then linked into place: a full disk or a crash never
+        # leaves a short secret, and a secret another process made first is kept.
+        tmp = folder / f".{CLAIM_SECRET}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # made by another process since: read theirs
-        else:
             with os.fdopen(fd, "wb") as out:
                 out.write(secrets.token_bytes(SECRET_BYTES))
                 out.flush()
                 os.fsync(out.fileno())
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     try:
         info = path.stat()
         raw = path.read_bytes()
