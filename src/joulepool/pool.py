@@ -54,6 +54,15 @@ from joulepool.ledger.snapshot import (
     open_snapshot,
     seal_snapshot,
 )
+from joulepool.live import (
+    DEFAULT_SAMPLE_PERIOD_MS,
+    Job,
+    LiveBook,
+    Progress,
+    Projection,
+    Reading,
+    project,
+)
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
 from joulepool.tree import EntitlementUsage, Tree
@@ -75,6 +84,9 @@ CLOCK_STEP_MS = 5_000
 """The largest clock step absorbed (DESIGN.md §3): behind the last entry, an entry is dated
 at the last entry's `at_ms`; against the monotonic clock, a step is let through. Beyond it,
 a time fault is reported and nothing is appended."""
+
+READING_AHEAD_MS = 60_000
+"""How far ahead of this clock a meter reading may be dated (a node's clock may lead)."""
 
 SLEW_DIVISOR = 2_000
 """A clock may drift from the monotonic one by 1 ms in this many (500 ppm, NTP's most) on
@@ -271,6 +283,9 @@ class Pool:
         # Claims admitted by this process: the monotonic instant of each admission, so a
         # duration is real elapsed time, not a difference of clamped `at_ms`.
         self._admitted_mono: dict[str, int] = {}
+        # Running claims' readings and progress: soft state, never entries (DESIGN.md §7).
+        self.live = LiveBook()
+        self._live_lock = threading.Lock()
         # Decisions, appends and readers take it; readers wait for a settled state under it.
         self._commit_lock = threading.RLock()
         self._changed = threading.Condition(self._commit_lock)
@@ -685,6 +700,58 @@ class Pool:
         """Where a claim stands, or None if the ledger never admitted it (§6.2)."""
         with self._settled():
             return self._claim_state(claim_id)
+
+    def running_claims(self) -> list[ClaimState]:
+        """Every running claim, in admission order (§6.2)."""
+        with self._settled():
+            return [ClaimState(o.admitted.claim, o.admitted, o.seq) for o in self.state.running()]
+
+    def _running(self, claim_id: str) -> ClaimState:
+        found = self.claim_state(claim_id)
+        if found is None:
+            raise ClaimError("unknown_claim", f"no claim {claim_id!r} was admitted")
+        if not found.running:
+            raise ClaimError("already_released", f"claim {claim_id!r} is released")
+        return found
+
+    def record_reading(self, claim_id: str, reading: Reading, job: Job | None = None) -> None:
+        """Keep a meter reading of a running claim (DESIGN.md §7): soft state, no entry.
+
+        A reading dated further ahead of this clock than `READING_AHEAD_MS` is refused:
+        it would stay fresh for as long as it is ahead."""
+        self._running(claim_id)
+        if reading.at_ms > self.now_ms() + READING_AHEAD_MS:
+            raise InvalidInput("at_ms", f"{reading.at_ms} is ahead of this clock")
+        window = self.idle_policy.window_us
+        with self._live_lock:
+            self.live.reading(claim_id, reading, job, None if window is None else window // 1000)
+
+    def record_progress(self, claim_id: str, progress: Progress) -> None:
+        """Keep a running claim's completed units, cumulative (§5.1; API.md "Run time")."""
+        self._running(claim_id)
+        with self._live_lock:
+            self.live.progress(claim_id, progress)
+
+    def forget_live(self, claim_id: str) -> None:
+        """Drop a released claim's soft state."""
+        with self._live_lock:
+            self.live.forget(claim_id)
+
+    def projection(self, state: ClaimState, now_ms: int | None = None) -> Projection | None:
+        """A running claim's live figures now (DESIGN.md §7), None for a released one."""
+        if not state.running:
+            return None
+        with self._live_lock:
+            found = self.live.get(state.claim)
+            return project(
+                found,
+                key=state.claim,
+                policy=self.idle_policy,
+                held_devices=state.admitted.devices,
+                reserved_uj=state.admitted.reserved.uj,
+                now_ms=self.now_ms() if now_ms is None else now_ms,
+                sample_period_ms=found.every_ms if found is not None else DEFAULT_SAMPLE_PERIOD_MS,
+            )
 
     def _claim_state(self, claim_id: str) -> ClaimState | None:
         running = self.state.open_claim(claim_id)

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from joulepool.deployment.claim_tokens import CLAIM_SECRET
 from joulepool.deployment.init import init_deployment
 from tests.support.servers import pool_cli
 
@@ -89,6 +90,9 @@ def test_s6_1_restore_to_a_new_machine_with_the_key_loses_nothing(tmp_path: Path
     fresh = tmp_path / "new-machine"
     done = run("ledger", "restore", str(backup), str(fresh))
     assert (done["ok"], done["lost"]) == (True, 0)
+    # Running jobs' claim tokens (API.md "Run time") stay valid on the new machine.
+    assert (fresh / CLAIM_SECRET).read_bytes() == (folder / CLAIM_SECRET).read_bytes()
+    assert (fresh / CLAIM_SECRET).stat().st_mode & 0o777 == 0o600
     admit(fresh, "b")
     assert run("ledger", "verify", str(fresh))["length"] == 2
     usage = run("usage", str(fresh))

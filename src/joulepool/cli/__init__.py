@@ -37,6 +37,7 @@ def _registrars() -> list[Registrar]:
 
 # Command groups that live beside the part of the library they drive.
 _OPTIONAL = (
+    "joulepool.cli.live_cmd",
     "joulepool.cli.keys_cmd",
     "joulepool.cli.ledger_cmd",
     "joulepool.cli.witness_cmd",
@@ -140,6 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from joulepool.cli.exec_cmd import run_exec
 
         return run_exec()
+    if args_list[:1] == ["progress"]:
+        # One line in a training loop: no other command's parser, no web stack.
+        from joulepool.cli.live_cmd import run_progress
+
+        return run_progress(args_list[1:])
     try:
         if args_list[:1] == ["simulate"]:
             return _simulate(args_list[1:])

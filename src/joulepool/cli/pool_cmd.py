@@ -135,61 +135,126 @@ def _confirmed(words: str) -> bool:
 
 
 def _claims(args: argparse.Namespace) -> int:
+    from joulepool.cli.live_cmd import ask, client_of
     from joulepool.periods import utc_text
     from joulepool.units import column
     from joulepool.views.claims import claim_json, claims
 
-    pool = _open(args)
-    try:
-        found = claims(pool, args.entitlement, args.state)
-    finally:
-        pool.close()
-    rows = [claim_json(state) | {"admitted_ms": at} for state, at in found]
+    client = client_of(args)
+    if client is not None:
+        # The service holds the live figures (soft state): ask it, page by page.
+        rows: list[dict[str, Any]] = []
+        cursor: int | None = 0
+        while cursor is not None:
+            params = {"entitlement": args.entitlement, "state": args.state, "cursor": cursor}
+            answer = ask(client, "/v1/claims", {**params, "min_age_s": args.min_age_s})
+            rows.extend(answer["claims"])
+            cursor = answer["next_cursor"]
+    else:
+        if args.dir is None:
+            from joulepool.errors import InvalidInput
+
+            raise InvalidInput("DIR", "give a deployment folder, or --url to ask a service")
+        # A reader beside `pool serve`: no lock taken, nothing written (soft state stays there).
+        pool = _open(args, read_only=True)
+        try:
+            found = claims(pool, args.entitlement, args.state)
+            now = pool.now_ms()
+        finally:
+            pool.close()
+        age = None if args.min_age_s is None else args.min_age_s * 1000
+        rows = [
+            claim_json(state) | {"admitted_ms": at}
+            for state, at in found
+            if age is None or now - at >= age
+        ]
+    for r in rows:
+        r.setdefault("admitted_ms", None)
 
     def human(c: Console) -> None:
         reserved = column([r["reserved"]["uj"] for r in rows])
         actual = column([r["actual"]["uj"] if "actual" in r else None for r in rows])
+        so_far = column([(r.get("live") or {}).get("energy_uj") for r in rows])
+        live = client is not None
+        headings = [
+            "claim",
+            "entitlement",
+            "state",
+            "admitted" if not live else "admitted seq",
+            "devices",
+            f"reserved ({reserved.label})",
+            f"actual ({actual.label})",
+            "grade",
+        ]
+        if live:
+            headings += [f"so far ({so_far.label})", "power (W)", "idle", "used %", "units"]
+        table_rows = []
+        for r in rows:
+            row: list[object] = [
+                r["claim"],
+                r["entitlement"],
+                r["state"],
+                utc_text(r["admitted_ms"]) if not live else r["admitted_seq"],
+                r["devices"],
+                reserved.show(r["reserved"]["uj"]),
+                actual.show(r["actual"]["uj"]) if "actual" in r else None,
+                (r.get("actual") or r["reserved"])["grade"],
+            ]
+            if live:
+                row += live_cells(r.get("live"), so_far)
+            table_rows.append(row)
         c.print(
             table(
                 f"{len(rows)} claim(s)",
-                [
-                    "claim",
-                    "entitlement",
-                    "state",
-                    "admitted",
-                    "devices",
-                    f"reserved ({reserved.label})",
-                    f"actual ({actual.label})",
-                    "grade",
-                ],
-                [
-                    [
-                        r["claim"],
-                        r["entitlement"],
-                        r["state"],
-                        utc_text(r["admitted_ms"]),
-                        r["devices"],
-                        reserved.show(r["reserved"]["uj"]),
-                        actual.show(r["actual"]["uj"]) if "actual" in r else None,
-                        (r.get("actual") or r["reserved"])["grade"],
-                    ]
-                    for r in rows
-                ],
+                headings,
+                table_rows,
                 right=["devices", f"reserved ({reserved.label})", f"actual ({actual.label})"],
             )
         )
+        if not live:
+            c.print("live figures (energy so far, power, idle, units): ask the service with --url")
 
     emit(args, {"claims": rows}, human)
     return 0
 
 
+def live_cells(live: dict[str, Any] | None, so_far: Any) -> list[object]:
+    """A running claim's live figures as table cells; None (shown empty) where unknown."""
+    if live is None:
+        return [None] * 5
+    idle = live["idle"]["verdict"] + (
+        f" ({live['idle']['reason']})" if live["idle"]["reason"] else ""
+    )
+    power = live["power_uw"]
+    units = live["units"]
+    return [
+        None if live["energy_uj"] is None else so_far.show(live["energy_uj"]),
+        None if power is None else f"{power / 1_000_000:.1f}",
+        idle,
+        live["reservation_used_pct"],
+        None if units is None else f"{units}" + (f"/{live['total']}" if live["total"] else ""),
+    ]
+
+
 def _claim(args: argparse.Namespace) -> int:
+    from joulepool.cli.live_cmd import ask, client_of
     from joulepool.errors import ClaimError
     from joulepool.periods import utc_text
     from joulepool.units import energy_text
     from joulepool.views.claims import claim_json
 
-    pool = _open(args)
+    client = client_of(args)
+    if client is not None:
+        from urllib.parse import quote
+
+        out = ask(client, "/v1/claims/" + quote(args.claim, safe=""))
+        emit(args, out, lambda c: _claim_live_text(c, out))
+        return 0
+    if args.dir is None:
+        from joulepool.errors import InvalidInput
+
+        raise InvalidInput("DIR", "give a deployment folder, or --url to ask a service")
+    pool = _open(args, read_only=True)
     try:
         state = pool.claim_state(args.claim)
     finally:
@@ -221,6 +286,36 @@ def _claim(args: argparse.Namespace) -> int:
 
     emit(args, out, human)
     return 0
+
+
+def _claim_live_text(c: Console, out: dict[str, Any]) -> None:
+    """`pool claim --url`: the service's answer, its live figures in a sentence each."""
+    from joulepool.units import energy_text
+
+    c.print(f"claim {out['claim']}: {out['state']}, entitlement {out['entitlement']}")
+    c.print(
+        f"reserved {energy_text(out['reserved']['uj'])} ({out['reserved']['grade']}), "
+        f"{out['devices']} device(s), admitted at entry {out['admitted_seq']}"
+    )
+    if "actual" in out:
+        c.print(f"charged {energy_text(out['actual']['uj'])} ({out['actual']['grade']})")
+    live = out.get("live")
+    if live is None:
+        return
+    so_far = "unknown" if live["energy_uj"] is None else energy_text(live["energy_uj"])
+    c.print(f"so far {so_far} ({live['grade'] or 'no fresh reading'})")
+    power = live["power_uw"]
+    c.print(f"power {'unknown' if power is None else f'{power / 1_000_000:.1f} W'}")
+    reason = live["idle"]["reason"]
+    c.print(f"idle: {live['idle']['verdict']}" + (f" ({reason})" if reason else ""))
+    c.print(f"units {live['units'] if live['units'] is not None else 'unknown'}", end="")
+    c.print(f", realised cost {live['realised_cost'] or 'undefined'} µJ/unit")
+    c.print(
+        f"reservation used {live['reservation_used_pct']}%, exhausts at {live['exhausts_at_ms']}"
+    )
+    if live["job"] is not None:
+        job = live["job"]
+        c.print(f"job {job['id']} of {job['user'] or '?'} ({job['name'] or '?'})")
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -583,8 +678,17 @@ def _uint(text: str) -> int:
     return int(text)
 
 
+def _count(text: str) -> int:
+    """A non-negative integer flag; anything else is a usage error naming it."""
+    if not text.isascii() or not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
+    return int(text)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the deployment commands."""
+    from joulepool.cli.live_cmd import add_client
+
     p = sub.add_parser("init", help="create a deployment folder: key, example tree, empty ledger")
     p.add_argument("dir", metavar="DIR")
     p.add_argument(
@@ -632,17 +736,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "claims", help="claims admitted per entitlement, running or released (squeue's job)"
     )
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="the deployment (or --url)")
     p.add_argument("--entitlement", metavar="E", help="only E and its descendants (default: all)")
     p.add_argument(
         "--state", choices=("running", "released"), help="only claims in this state (default: both)"
     )
+    p.add_argument(
+        "--min-age-s", type=_count, metavar="N", help="only claims admitted at least N s ago"
+    )
+    add_client(p)
     add_json(p)
     p.set_defaults(handler=_claims)
 
     p = sub.add_parser("claim", help="where one claim stands: its reservation, actual, entries")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="the deployment (or --url)")
     p.add_argument("claim", metavar="ID")
+    add_client(p)
     add_json(p)
     p.set_defaults(handler=_claim)
 

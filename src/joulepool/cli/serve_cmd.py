@@ -104,7 +104,25 @@ def build_service(
         start_tree=config.tree,
         origin=origin_or_none(config),
         c2sp_witnesses=config.witnesses,
+        claim_secret=_claim_secret_or_none(folder),
     )
+
+
+def _claim_secret_or_none(folder: Path) -> bytes | None:
+    """The claim secret, made if absent; None, with a warning, where it cannot be made or
+    is unsafe: the service runs, and only claims' own tokens are refused (API.md Run time)."""
+    import logging
+
+    from joulepool.deployment.claim_tokens import claim_secret
+    from joulepool.errors import PoolError
+
+    try:
+        return claim_secret(folder)
+    except (PoolError, OSError) as exc:
+        logging.getLogger("joulepool.serve").warning(
+            "claim tokens are off (progress needs an operator token): %s", exc
+        )
+        return None
 
 
 def _tune_collector(service: Any) -> None:

@@ -4,7 +4,8 @@ A backup is a deployment folder of its own, consistent at one ledger length: the
 to the last whole one when it was taken (it can be taken beside a running `pool serve`), a
 high-water record at exactly that length and head, the state snapshots not past it, the
 rotation statements, the kept witness receipts, pool.toml, tokens.toml (hashes only) and the
-steward's first public key. The secret key is left out unless asked for: a backup is often
+steward's first public key. The secret key (and with it the claim secret, under which
+running jobs' claim tokens are derived) is left out unless asked for: a backup is often
 kept where the key must not be. The copy is verified (replayed) before it is called done.
 
 What a restore loses is decided by history, not by length: the backup and the deployment
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from joulepool.deployment.claim_tokens import CLAIM_SECRET
 from joulepool.deployment.config import (
     CONFIG,
     KEY,
@@ -245,6 +247,9 @@ def backup(folder: Path, out: Path, *, with_secret_key: bool = False) -> dict[st
         _copy_file(folder / TOKENS, out / TOKENS, 0o600)
     if with_secret_key:
         _copy_file(folder / KEY, out / KEY, 0o600)
+        if (folder / CLAIM_SECRET).is_file():
+            # Running jobs' claim tokens stay valid after a restore only with the same secret.
+            _copy_file(folder / CLAIM_SECRET, out / CLAIM_SECRET, 0o600)
     _copy_tree(folder / ROTATIONS, out / ROTATIONS)
     _copy_tree(folder / WITNESSES, out / WITNESSES)
     snaps = SnapshotFolder.beside(folder / LEDGER)
@@ -531,7 +536,7 @@ def restore(backup_folder: Path, folder: Path, *, accept_loss: bool = False) -> 
     # A backup's secrets may have been made readable by others since (copied by other
     # means, modes changed); `pool serve` and the key loader refuse such modes, so a
     # restore puts them right rather than leave a deployment that cannot start.
-    for secret in (TOKENS, KEY):
+    for secret in (TOKENS, KEY, CLAIM_SECRET):
         if (folder / secret).is_file():
             os.chmod(folder / secret, 0o600)
     if mode is not None:

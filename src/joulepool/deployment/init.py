@@ -9,6 +9,7 @@ def init_deployment(folder: Path, steward: str) -> None:
     """Create a deployment folder: the steward's key and its public half, the example tree
     with a monthly budget period, an empty ledger (DESIGN.md §3, §5). A folder that is not
     empty is refused, never overwritten."""
+    from joulepool.deployment.claim_tokens import claim_secret
     from joulepool.deployment.config import (
         CONFIG,
         EXAMPLE_TREE,
@@ -30,5 +31,6 @@ def init_deployment(folder: Path, steward: str) -> None:
     key = KeyPair.generate(steward)
     write_key_file(folder / KEY, key)
     write_key_file(folder / PUBLIC_KEY, key.public())
+    claim_secret(folder)  # claim tokens (API.md "Run time") are derived under it
     write_config(folder / CONFIG, steward, EXAMPLE_TREE, period=MONTHLY)
     create(folder / LEDGER).close()

@@ -29,6 +29,7 @@ from joulepool.service.body import with_request_schemas
 from joulepool.service.boundary import Boundary
 from joulepool.service.deps import ApiError, error, pool_error
 from joulepool.service.limits import Limits
+from joulepool.service.live_models import ProgressIn, ReadingIn
 from joulepool.service.metrics import Metrics
 from joulepool.service.routes import (
     claims,
@@ -36,6 +37,7 @@ from joulepool.service.routes import (
     decisions,
     entitlements,
     ledger,
+    live,
     probes,
     transparency,
     witnesses,
@@ -49,7 +51,17 @@ DASHBOARD_WORKERS = 2
 """Threads answering `GET /v1/dashboard`, apart from the request threads: how many
 dashboards are computed at once, however many tenants ask (docs/reliability.md §16)."""
 
-ROUTERS = (transparency, claims, entitlements, ledger, decisions, witnesses, dashboard, probes)
+ROUTERS = (
+    transparency,
+    claims,
+    live,
+    entitlements,
+    ledger,
+    decisions,
+    witnesses,
+    dashboard,
+    probes,
+)
 """Every resource's router, in the order their routes are matched and documented."""
 
 
@@ -101,6 +113,7 @@ def create_app(
         tokens=lambda: service.tokens,
         limits=limits or Limits(),
         clock=service.token_clock_ms,
+        claim_tokens=service.is_claim_token,
     )
     if access_log is not None:
         # Added last, so outermost: the boundary's refusals are logged too.
@@ -131,6 +144,8 @@ REQUEST_MODELS = (
     m.IdleIn,
     m.AttributionIn,
     m.WitnessIn,
+    ReadingIn,
+    ProgressIn,
 )
 """The bodies the routes read (`service.body`), published in the OpenAPI schema."""
 

@@ -50,6 +50,11 @@ an operator (docs/transparency.md)."""
 METRICS_PATH = "/metrics"
 """The one path a `metrics` token may read (API.md "Additions")."""
 
+CLAIMS_PREFIX = "/v1/claims/"
+PROGRESS_SUFFIX = "/progress"
+CLAIM_PREFIX = "claim:"
+"""The scope of a claim token's principal: `claim:<ledger id>` (API.md "Run time")."""
+
 PRINCIPAL = "principal"
 """Where the middleware leaves the authenticated principal, in the request's state."""
 
@@ -75,9 +80,13 @@ class Boundary:
         tokens: Callable[[], TokenBook],
         limits: Limits,
         clock: Callable[[], int | None] = lambda: None,
+        claim_tokens: Callable[[str, str], bool] | None = None,
     ) -> None:
         # `clock`: the instant an `expires` is judged at (`TokenBook.principal`).
         self.app, self.tokens, self.limits, self.clock = app, tokens, limits, clock
+        # Whether a token is a claim's own (API.md "Run time"): it may report that claim's
+        # progress and do nothing else.
+        self.claim_tokens = claim_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Let a request through only once it is authenticated and its body is in hand."""
@@ -91,7 +100,9 @@ class Boundary:
             if token is None:
                 await refuse(send, 401, "unauthorized", "send Authorization: Bearer <token>")
                 return
-            who = self.tokens().principal(token, self.clock())
+            who = self.tokens().principal(token, self.clock()) or self._claim_principal(
+                scope, token
+            )
             if who is None:
                 await refuse(send, 401, "unauthorized", "unknown token")
                 return
@@ -118,6 +129,22 @@ class Boundary:
             await refuse(send, 413, "body_too_large", too_large(limit, "more sent"))
             return
         await self.app(scope, replay(body, receive), send)
+
+    def _claim_principal(self, scope: Scope, token: str) -> Principal | None:
+        claim = progress_claim(scope)
+        if claim is None or self.claim_tokens is None or not self.claim_tokens(claim, token):
+            return None
+        return Principal(f"claim {claim}", CLAIM_PREFIX + claim)
+
+
+def progress_claim(scope: Scope) -> str | None:
+    """The claim id of a `POST /v1/claims/{id}/progress`, or None for any other request."""
+    path: str = scope["path"]
+    if scope["method"] != "POST" or not path.startswith(CLAIMS_PREFIX):
+        return None
+    if not path.endswith(PROGRESS_SUFFIX) or len(path) <= len(CLAIMS_PREFIX + PROGRESS_SUFFIX):
+        return None
+    return path[len(CLAIMS_PREFIX) : -len(PROGRESS_SUFFIX)]
 
 
 def _public_log(path: str, headers: list[tuple[bytes, bytes]]) -> bool:

@@ -114,7 +114,9 @@ def exported_names() -> set[str]:
         "pool_c2sp_witness_fork",
     }
     names |= {f"pool_commit_seconds{s}" for s in ("_bucket", "_sum", "_count", "_created")}
-    return names
+    from joulepool.service.live_metrics import LIVE_NAMES
+
+    return names | LIVE_NAMES
 
 
 ReloadState = Callable[[], tuple[bool, int | None]]
@@ -246,6 +248,9 @@ class _PoolCollector(Collector):
         for (node, kind, reason), count in sorted(self._verdicts.counts(visible).items()):
             verdicts.add_metric([node, kind, reason], count)
         yield verdicts
+        from joulepool.service.live_metrics import live_families
+
+        yield from live_families(pool, visible)
         if self._tenant is not None:
             return
         yield from self._ledger(pool)

@@ -87,6 +87,15 @@ class Service:
     c2sp_witnesses: tuple[WitnessConfig, ...] = ()
     witnessing: Witnessing | None = None
 
+    # The deployment's claim secret (`deployment.claim_tokens`); None: no claim tokens.
+    claim_secret: bytes | None = None
+
+    def is_claim_token(self, claim_id: str, token: str) -> bool:
+        """Whether `token` is claim `claim_id`'s own token (API.md "Run time")."""
+        from joulepool.deployment.claim_tokens import is_claim_token
+
+        return self.claim_secret is not None and is_claim_token(self.claim_secret, claim_id, token)
+
     def start(self) -> None:
         """Replay the ledger (§6.1); only then is the service ready. A store that cannot be
         reached (PostgreSQL down) is tried again, every few seconds, until it can."""

@@ -16,6 +16,8 @@ Each pass:
    EpilogSlurmctld does not run for them; Pool unreachable at the end; slurmctld restarted
    mid-epilog; a node failure) are found in sacct and reported as the epilog would, once
    they ended `reconcile_after_s` ago (see `_reconcile`).
+4. Every `sample_every_s`, each running admitted job's energy so far is posted as a live
+   reading (`sampling.py`; DESIGN.md §7).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from joulepool.bridges.slurm.jobs import (
     report_job,
     run_slurm,
 )
+from joulepool.bridges.slurm.sampling import Sampler
 
 FULL_PASS_S = 30.0
 """Ask every held job again at least this often, whatever the ledger did (a reloaded tree)."""
@@ -69,13 +72,23 @@ class Agent:
     last_full: float = 0.0
     reported: set[int] = field(default_factory=set)
     last_reconcile: float = 0.0
+    sampler: Sampler | None = None
 
     @classmethod
     def from_config(cls, config: BridgeConfig, env: Mapping[str, str]) -> Agent:
         """An agent with the configured token (a 10 s HTTP timeout: it stalls nobody)."""
-        return cls(
-            config, env, PoolClient(config.url, read_token(config.token_file), 10.0, config.ca_file)
+        client = PoolClient(config.url, read_token(config.token_file), 10.0, config.ca_file)
+        agent = cls(config, env, client)
+        agent.sampler = Sampler(
+            config.dcgm_url,
+            config.node_exporter_url,
+            config.sample_every_s,
+            client,
+            env,
+            config.gpu_state_dir,
+            agent.log,
         )
+        return agent
 
     def scontrol(self, *args: str) -> None:
         """Run scontrol as this (root) process: holds set here are administrator's holds."""
@@ -94,6 +107,8 @@ class Agent:
                 self.log(f"job {job.job_id}: Pool's hold made an administrator's hold")
         self._ask_held(jobs)
         self._reconcile(jobs)
+        if self.sampler is not None and self.sampler.due(time.monotonic()):
+            self.sampler.sample(jobs)
 
     def _ask_held(self, jobs: list[SlurmJob]) -> None:
         held = [j for j in jobs if j.state == "PENDING" and j.note is not None and _held(j)]

@@ -48,6 +48,7 @@ the agent is lifting its hold (a crash between the two is finished on the next p
 ADMITTED_STATES = ("admitted", "releasing")
 HELD_STATES = ("queued", "unreachable", "denied")
 DEFAULT_GPU_WAIT_S = 30
+DEFAULT_SAMPLE_EVERY_S = 30
 DEFAULT_RECONCILE_AFTER_S = 60
 
 
@@ -79,6 +80,14 @@ class BridgeConfig:
     """For an https URL: the CAs that may vouch for Pool's certificate (None: the system's)."""
     gpus_per_node: int | None = None
     """GPUs on each node: an --exclusive job holds them all, so it claims them all."""
+    sample_every_s: int = DEFAULT_SAMPLE_EVERY_S
+    """How often the agent posts running jobs' readings (DESIGN.md §7); 0: never."""
+    dcgm_url: str | None = None
+    """Each node's dcgm-exporter, `{node}` standing for the node's name (`sampling.py`)."""
+    node_exporter_url: str | None = None
+    """Each node's node_exporter (RAPL), `{node}` standing for the node's name."""
+    gpu_state_dir: Path | None = None
+    """The GPU Prolog's `--state-dir`, where the agent finds jobs' start readings."""
 
     @property
     def gpu_wait(self) -> float | None:
@@ -145,6 +154,10 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         "reconcile_after_s",
         "ca_file",
         "gpus_per_node",
+        "sample_every_s",
+        "dcgm_url",
+        "node_exporter_url",
+        "gpu_state_dir",
     }
     extra = sorted(set(pool) - known)
     if extra:
@@ -212,6 +225,7 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         type(gpus_per_node) is not int or not 1 <= gpus_per_node <= 1024
     ):
         raise BridgeConfigError(f"{where}: pool.gpus_per_node", "an integer from 1 to 1024")
+    sampling = _sampling(pool, where)
     return BridgeConfig(
         path,
         url.rstrip("/"),
@@ -225,7 +239,33 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         waits["reconcile_after_s"],
         None if ca_file is None else Path(ca_file),
         gpus_per_node,
+        *sampling,
     )
+
+
+def _sampling(
+    pool: dict[str, object], where: str
+) -> tuple[int, str | None, str | None, Path | None]:
+    """`sample_every_s`, `dcgm_url`, `node_exporter_url`, `gpu_state_dir` (DESIGN.md §7)."""
+    every = pool.get("sample_every_s", DEFAULT_SAMPLE_EVERY_S)
+    if type(every) is not int or not 0 <= every <= 3600:
+        raise BridgeConfigError(
+            f"{where}: pool.sample_every_s", "an integer from 0 to 3600 seconds"
+        )
+    urls: list[str | None] = []
+    for key in ("dcgm_url", "node_exporter_url"):
+        url = pool.get(key)
+        if url is not None and (
+            not isinstance(url, str) or not re.fullmatch(r"https?://[^\s\"]+", url)
+        ):
+            raise BridgeConfigError(
+                f"{where}: pool.{key}", "must be http(s)://host:port/metrics ({node}: the node)"
+            )
+        urls.append(url)
+    state_dir = pool.get("gpu_state_dir")
+    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.startswith("/")):
+        raise BridgeConfigError(f"{where}: pool.gpu_state_dir", "must be an absolute path")
+    return every, urls[0], urls[1], None if state_dir is None else Path(state_dir)
 
 
 def read_token(path: Path) -> str:

@@ -164,6 +164,13 @@ def install_config(
         gpu_energy=gpu,
         ca_file=ca_file,
     )
+    if gpu:
+        # The agent samples running jobs from the same exporter and the Prolog's start
+        # readings (`sampling.py`; a dcgm_url here names one exporter for every node).
+        sampling = f'gpu_state_dir = "{gpu_state_dir}"\n'
+        if dcgm_url is not None:
+            sampling += f'dcgm_url = "{dcgm_url}"\n'
+        text = text.replace("[pool]\n", "[pool]\n" + sampling, 1)
     _write(paths[CONFIG], text, 0o644)
     read_bridge_config(paths[CONFIG])
 

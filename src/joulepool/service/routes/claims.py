@@ -126,6 +126,7 @@ async def release(
             finding.words,
         )
     rel = await committer.release(claim_id, actual)
+    committer.pool.forget_live(claim_id)
     note(request.scope, claim_id, "released" if finding is None else f"released:{finding.kind}")
     metrics.commit_seconds.observe(time.perf_counter() - started)
     return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})

@@ -1,0 +1,432 @@
+"""`pool slurm agent`'s live readings: every running pool-admitted job's energy so far
+(DESIGN.md §7; API.md `POST /v1/claims/{id}/readings`).
+
+Every `sample_every_s` the agent reads each node's exporters once and posts, per running
+job, the energy its GPUs used since its start readings:
+
+- dcgm-exporter's `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` (a counter in whole mJ per GPU,
+  labels `gpu`, `UUID`, `Hostname`), at `dcgm_url` with `{node}` replaced by the node's name;
+- node_exporter's `node_rapl_package_joules_total` and `node_rapl_dram_joules_total` (J,
+  printed from a float64; labels `index`, `path`), at `node_exporter_url`, counted only for a
+  job that holds its nodes whole (`--exclusive`), as the epilog counts them.
+
+Which GPUs a job holds on which node comes from `scontrol show job -d` (`GRES=gpu:N(IDX:..)`).
+A GPU held by one job keeps the meter's grade (HwShunt); one listed for several jobs (shards,
+MPS) is divided by `attribute()` and comes out ModelBased; a job with no counter read has no
+figure and is sent nothing (the service then reports it unknown, never 0).
+
+The baseline is the GPU Prolog's start readings (`gpu_state_dir`, the Prolog's
+`--state-dir`) where the agent can read them, else its own first reading of the job; a
+reading of 0 µJ at that instant is posted first. Exporter text is turned into µJ exactly
+from its digits, never through a float. A counter that went back was reset (driver reload,
+exporter restart) or, for RAPL, wrapped: the energy before it is kept and counting goes on
+from the new value, so a figure never decreases; the part of one sample period around the
+reset is not counted.
+
+The standard library and joulepool only (this runs beside slurmctld as root).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
+from pathlib import Path
+
+from joulepool.bridges.slurm.jobs import PoolClient, SlurmCommandFailed, SlurmJob, run_slurm
+from joulepool.errors import InvalidInput, PoolError
+
+DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+"""dcgm-exporter's per-GPU energy counter, in whole mJ (as `meters.prometheus` reads it)."""
+
+RAPL_FAMILIES = ("node_rapl_package_joules_total", "node_rapl_dram_joules_total")
+"""node_exporter's RAPL counters the agent adds for a job holding its node whole."""
+
+SCRAPE_TIMEOUT_S = 5.0
+MAX_EXPOSITION_BYTES = 8 * 1024 * 1024
+"""An exporter's page larger than this is refused: a node has tens of GPUs, not millions."""
+MAX_TEXT = 256
+
+_EXACT = Context(prec=80)
+_FLOAT_EXACT_UJ = 2**51
+"""Above this a float64 printed in J no longer names one µJ (as `meters.prometheus` says)."""
+
+_LINE = re.compile(r"\A([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?\Z")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|\Z)')
+_GRES = re.compile(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([0-9,\-]*)\)")
+_NODES = re.compile(r"^\s*Nodes=(\S+) .*?GRES=(\S*)", re.M)
+_NAME = re.compile(r"\AJobId=\d+ JobName=(.*)$", re.M)
+
+
+def parse_exposition(text: str, names: Iterable[str]) -> list[tuple[str, dict[str, str], str]]:
+    """The samples of `names` in Prometheus text: (name, labels, value text), the value kept
+    as text so it becomes µJ exactly. A malformed line of a wanted family is `InvalidInput`."""
+    wanted = frozenset(names)
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(None, 1)[0]
+        if name not in wanted:
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            raise InvalidInput(name, f"a sample line that does not parse: {line[:120]!r}")
+        labels: dict[str, str] = {}
+        rest = m.group(2) or ""
+        while rest.strip():
+            lm = _LABEL.match(rest)
+            if lm is None:
+                raise InvalidInput(name, f"labels that do not parse: {rest[:120]!r}")
+            labels[lm.group(1)] = lm.group(2)
+            rest = rest[lm.end() :]
+        out.append((name, labels, m.group(3)))
+    return out
+
+
+def fetch_text(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
+    """An exporter's page; `SlurmCommandFailed`-like errors are the caller's: here `OSError`."""
+    if not url.startswith(("http://", "https://")):
+        raise InvalidInput("url", f"{url!r} is not http(s)")
+    # Exporters are node-local: no proxy from the environment.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout_s) as answer:
+        body: bytes = answer.read(MAX_EXPOSITION_BYTES + 1)
+    if len(body) > MAX_EXPOSITION_BYTES:
+        raise InvalidInput(url, f"an exposition over {MAX_EXPOSITION_BYTES} bytes")
+    return body.decode("utf-8")
+
+
+def _decimal(text: str, where: str) -> Decimal:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise InvalidInput(where, f"the counter {text!r} is not a number") from None
+    if not value.is_finite() or value < 0:
+        raise InvalidInput(where, f"the counter is {text}, not a figure")
+    return value
+
+
+def mj_text_to_uj(text: str, where: str) -> int:
+    """A counter printed in whole mJ as exact µJ (DESIGN.md §7); a fraction is refused."""
+    value = _decimal(text, where)
+    if value != value.to_integral_value():
+        raise InvalidInput(where, f"the mJ counter {text} is not a whole number of mJ")
+    plain = text.lstrip("+").isascii() and text.lstrip("+").isdigit()
+    if not plain and value >= 2**53:
+        raise InvalidInput(where, f"the mJ counter {text} was printed from a lossy float")
+    return int(value) * 1000
+
+
+def j_text_to_uj(text: str, where: str) -> int:
+    """A counter printed in J (node_exporter: a float64 of µJ / 10**6) as the µJ it was
+    printed from, exactly (the nearest µJ while below 2**51 µJ), never through a float."""
+    value = _decimal(text, where)
+    micro = _EXACT.multiply(value, Decimal(1_000_000)).quantize(Decimal(1), ROUND_HALF_EVEN)
+    plain = text.lstrip("+").isascii() and text.lstrip("+").isdigit()
+    if not plain and micro > _FLOAT_EXACT_UJ:
+        raise InvalidInput(where, f"the joule counter {text} is too large to name one µJ")
+    return int(micro)
+
+
+def divide(total: int, occupants: Mapping[str, int], me: str) -> int:
+    """`me`'s share of `total` under standard §2.5 (`attribution.attribute`, restated with
+    the standard library for the node side): floor(total * w / W), the remainder one µJ at a
+    time to the largest fractional remainders, ties by occupant id."""
+    weight = sum(occupants.values())
+    if weight == 0:
+        raise InvalidInput("occupants", "all weights are zero")
+    shares = {o: total * w // weight for o, w in occupants.items()}
+    left = total - sum(shares.values())
+    order = sorted(occupants, key=lambda o: (-(total * occupants[o] % weight), o))
+    for o in order[:left]:
+        shares[o] += 1
+    return shares[me]
+
+
+def dcgm_counters(text: str, where: str) -> dict[int, int]:
+    """Each GPU's energy counter in µJ, by its index (label `gpu`), from dcgm-exporter's page.
+    A GPU listed twice with different values (one series per pod) is left out: ambiguous."""
+    seen: dict[int, set[int]] = {}
+    for _name, labels, value in parse_exposition(text, (DCGM_ENERGY,)):
+        gpu = labels.get("gpu", "")
+        if gpu.isascii() and gpu.isdigit() and len(gpu) <= 4:
+            seen.setdefault(int(gpu), set()).add(mj_text_to_uj(value, where))
+    return {gpu: next(iter(v)) for gpu, v in seen.items() if len(v) == 1}
+
+
+def rapl_counters(text: str, where: str) -> dict[str, int]:
+    """Each RAPL zone's counter in µJ (`<family>:<index>`), from node_exporter's page."""
+    out: dict[str, int] = {}
+    for name, labels, value in parse_exposition(text, RAPL_FAMILIES):
+        out[f"{name}:{labels.get('index', '')}"] = j_text_to_uj(value, where)
+    return out
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """`node[1-3,5]`, `a,b` as names (Slurm's hostlist, one bracket group a name)."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
+        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+        if m is None:
+            names.append(part)
+            continue
+        for item in m.group(2).split(","):
+            lo, _, hi = item.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{m.group(1)}{i:0{width}d}{m.group(3)}")
+    return names
+
+
+def expand_indices(text: str) -> list[int]:
+    """`0-1,3` as [0, 1, 3]."""
+    out: list[int] = []
+    for item in text.split(","):
+        if not item:
+            continue
+        lo, _, hi = item.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """What `scontrol show job -d` says of a running job: its GPUs per node and its name."""
+
+    gpus: dict[str, list[int]]
+    name: str | None
+
+
+def parse_job_detail(text: str) -> JobDetail:
+    """The GPU indices (`GRES=gpu:N(IDX:..)`) per node, and the job's name, from
+    `scontrol show job -d` of one job."""
+    gpus: dict[str, list[int]] = {}
+    for nodes, gres in _NODES.findall(text):
+        indices = [i for m in _GRES.finditer(gres) for i in expand_indices(m.group(1))]
+        for node in expand_hostlist(nodes):
+            gpus.setdefault(node, []).extend(indices)
+    name_m = _NAME.search(text)
+    name = name_m.group(1).strip() if name_m else None
+    if name is not None and (not name or len(name) > MAX_TEXT or not name.isprintable()):
+        name = None
+    return JobDetail(gpus, name)
+
+
+@dataclass(slots=True)
+class Counter:
+    """One counter of one job since its baseline, across resets (never decreasing)."""
+
+    base: int
+    last: int
+    carried: int = 0
+
+    def advance(self, value: int) -> int:
+        """The energy since the baseline once the counter reads `value`."""
+        if value < self.last:
+            # Reset or wrap: keep what was counted, go on from the new value.
+            self.carried += self.last - self.base
+            self.base = 0
+        self.last = value
+        return self.carried + self.last - self.base
+
+
+@dataclass(slots=True)
+class Track:
+    """A running job the agent samples: its claim and its counters."""
+
+    claim: str
+    counters: dict[str, Counter] = field(default_factory=dict)
+    posted_uj: int | None = None
+
+
+@dataclass
+class Sampler:
+    """The agent's sampling state between passes (see the module docstring)."""
+
+    dcgm_url: str | None
+    node_exporter_url: str | None
+    every_s: int
+    client: PoolClient
+    env: Mapping[str, str]
+    state_dir: Path | None = None
+    log: Callable[[str], None] = print
+    tracks: dict[int, Track] = field(default_factory=dict)
+    last_at: float = 0.0
+
+    def due(self, now: float) -> bool:
+        """Whether a sample is due (`sample_every_s` since the last; 0 never samples)."""
+        return self.every_s > 0 and now - self.last_at >= self.every_s
+
+    def sample(self, jobs: list[SlurmJob]) -> int:
+        """Read every node once and post each running admitted job's reading; how many."""
+        self.last_at = time.monotonic()
+        running = [
+            j
+            for j in jobs
+            if j.state == "RUNNING"
+            and j.note is not None
+            and j.note.state in ("admitted", "releasing")
+            and j.note.tasks is None
+        ]
+        for gone in set(self.tracks) - {j.job_id for j in running}:
+            del self.tracks[gone]
+        details: dict[int, JobDetail] = {}
+        for job in running:
+            try:
+                out = run_slurm(["scontrol", "show", "job", "-d", str(job.job_id)], self.env)
+            except SlurmCommandFailed as exc:
+                self.log(f"job {job.job_id}: no GPU detail: {exc}")
+                continue
+            details[job.job_id] = parse_job_detail(out)
+        pages: dict[str, dict[str, int] | None] = {}
+        at_ms = time.time_ns() // 1_000_000
+        holders: dict[str, list[str]] = {}
+        for job in running:
+            detail = details.get(job.job_id)
+            if detail is None:
+                continue
+            for node, indices in detail.gpus.items():
+                for i in indices:
+                    holders.setdefault(f"{node}:gpu{i}", []).append(str(job.job_id))
+        sent = 0
+        for job in running:
+            detail = details.get(job.job_id)
+            if detail is None:
+                continue
+            counters = self._counters(job, detail, pages)
+            if counters is None:
+                continue
+            assert job.note is not None
+            track = self.tracks.get(job.job_id)
+            if track is None:
+                track = Track(job.note.claim)
+                self.tracks[job.job_id] = track
+                base_ms = self._baseline(job, detail, counters, track)
+                self._post(job, detail, track, base_ms, 0, "HwShunt")
+            energy = self._energy(job, counters, track, holders)
+            if energy is not None and self._post(job, detail, track, at_ms, *energy):
+                sent += 1
+        return sent
+
+    def _url(self, template: str, node: str) -> str:
+        return template.replace("{node}", urllib.parse.quote(node, safe=""))
+
+    def _page(
+        self, url: str, pages: dict[str, dict[str, int] | None], dcgm: bool
+    ) -> dict[str, int] | None:
+        if url not in pages:
+            try:
+                text = fetch_text(url)
+                if dcgm:
+                    pages[url] = {f"gpu{k}": v for k, v in dcgm_counters(text, url).items()}
+                else:
+                    pages[url] = rapl_counters(text, url)
+            except (OSError, UnicodeDecodeError, PoolError, ValueError) as exc:
+                self.log(f"exporter {url}: {type(exc).__name__}: {exc}")
+                pages[url] = None
+        return pages[url]
+
+    def _counters(
+        self, job: SlurmJob, detail: JobDetail, pages: dict[str, dict[str, int] | None]
+    ) -> dict[str, int] | None:
+        """Every counter the job's figure is made of, `<node>:<counter>` → µJ; None when one
+        could not be read (no figure rather than part of one)."""
+        out: dict[str, int] = {}
+        for node, indices in detail.gpus.items():
+            if not indices:
+                continue
+            if self.dcgm_url is None:
+                return None
+            page = self._page(self._url(self.dcgm_url, node), pages, True)
+            if page is None:
+                return None
+            for i in indices:
+                if f"gpu{i}" not in page:
+                    return None
+                out[f"{node}:gpu{i}"] = page[f"gpu{i}"]
+            if job.exclusive and self.node_exporter_url is not None:
+                rapl = self._page(self._url(self.node_exporter_url, node), pages, False)
+                if rapl is None:
+                    return None
+                out.update({f"{node}:{k}": v for k, v in rapl.items()})
+        return out or None
+
+    def _baseline(
+        self, job: SlurmJob, detail: JobDetail, counters: dict[str, int], track: Track
+    ) -> int:
+        """Set the job's baselines: the Prolog's start readings where readable, else now."""
+        base_ms = time.time_ns() // 1_000_000
+        started: dict[str, int] = {}
+        for node in detail.gpus:
+            path = None if self.state_dir is None else self.state_dir / f"{job.job_id}.{node}.json"
+            try:
+                if path is None:
+                    break
+                record = json.loads(path.read_text(encoding="utf-8"))
+                if record.get("source") != "dcgm":
+                    continue
+                for r in record["readings"]:
+                    meter = str(r["meter"])
+                    if meter.startswith("dcgm:") and type(r["counter_uj"]) is int:
+                        started[f"{node}:gpu{meter[5:]}"] = r["counter_uj"]
+                base_ms = min(base_ms, int(path.stat().st_mtime_ns // 1_000_000))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        for key, value in counters.items():
+            base = started.get(key, value)
+            base = value if base > value else base  # reset since the Prolog: from now
+            track.counters[key] = Counter(base, base)
+        return base_ms
+
+    def _energy(
+        self,
+        job: SlurmJob,
+        counters: dict[str, int],
+        track: Track,
+        holders: Mapping[str, list[str]],
+    ) -> tuple[int, str] | None:
+        """The job's energy since its baseline and its grade: whole devices keep HwShunt;
+        a device listed for several jobs is divided (§2.5) and makes it ModelBased."""
+        me = str(job.job_id)
+        total = 0
+        grade = "HwShunt"
+        for key, value in counters.items():
+            counter = track.counters.setdefault(key, Counter(value, value))
+            spent = counter.advance(value)
+            sharing = holders.get(key) or [me]
+            if len(sharing) > 1:
+                spent = divide(spent, dict.fromkeys(sharing, 1), me)
+                grade = "ModelBased"
+            total += spent
+        return (total, grade) if counters else None
+
+    def _post(
+        self, job: SlurmJob, detail: JobDetail, track: Track, at_ms: int, uj: int, grade: str
+    ) -> bool:
+        if track.posted_uj is not None and uj < track.posted_uj:
+            return False  # a shared GPU's share may shrink as occupants come: never send less
+        body = {
+            "at_ms": at_ms,
+            "energy": {"uj": uj, "grade": grade},
+            "every_ms": self.every_s * 1000,
+            "job": {
+                "id": str(job.job_id),
+                **({"user": job.user} if job.user else {}),
+                **({"name": detail.name} if detail.name else {}),
+            },
+        }
+        path = "/v1/claims/" + urllib.parse.quote(track.claim, safe="") + "/readings"
+        answer = self.client.call("POST", path, body)
+        if answer.status != 200:
+            self.log(f"job {job.job_id}: reading refused: HTTP {answer.status} {answer.error}")
+            return False
+        track.posted_uj = uj
+        return True

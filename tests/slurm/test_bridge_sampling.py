@@ -1,0 +1,84 @@
+"""DESIGN.md §7 through the Slurm bridge: `pool slurm agent` samples running jobs' GPUs.
+
+Real Slurm with `gpu` GRES, the bridge's GPU Prolog as root, a simulated DCGM exporter on
+127.0.0.1 (250 W per GPU) and a real `pool serve`: the agent maps each running job's GPUs
+from `scontrol show job -d`, reads the exporter every second and posts readings, so
+`GET /v1/claims/{id}` carries the job's energy so far, its power and whose job it is; a
+counter reset never makes the figure go back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+GPU_W = 250
+
+
+@pytest.fixture(scope="module")
+def bridge() -> Iterator[Bridge]:
+    for b in module_bridge():
+        text = b.config.read_text()
+        # `install_config` wrote where the agent finds the exporter and the Prolog's readings.
+        assert f'dcgm_url = "{b.bed.dcgm_url}"' in text and "gpu_state_dir = " in text
+        b.config.write_text(text.replace("[pool]\n", "[pool]\nsample_every_s = 1\n", 1))
+        b.restart_agent()  # it reads its configuration at start
+        yield b
+
+
+def wait_live(
+    bridge: Bridge, claim: str, ok: Callable[[dict[str, Any]], bool], timeout_s: float = 60
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    live: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        live = bridge.claim(claim).get("live") or {}
+        if live and ok(live):
+            return live
+        time.sleep(0.2)
+    raise AssertionError(f"live figures never came: {live}\n{bridge.logs()}")
+
+
+def test_design_s7_the_agent_posts_a_running_jobs_gpu_energy_and_power(bridge: Bridge) -> None:
+    job_id = bridge.submit(
+        "-A",
+        "phys",
+        "-J",
+        "trainer",
+        "--gres=gpu:2",
+        "--comment=pool:estimate=1MJ",
+        "--wrap",
+        WAIT_FOR_GO,
+    )
+    note = note_of(bridge.wait_job(job_id, lambda j: j.state == "RUNNING"))
+    try:
+        first = wait_live(bridge, note.claim, lambda v: (v["energy_uj"] or 0) > 0)
+        assert first["grade"] == "HwShunt"
+        assert first["job"] == {"id": str(job_id), "user": "nobody", "name": "trainer"}
+        time.sleep(3)
+        later = wait_live(bridge, note.claim, lambda v: v["at_ms"] > first["at_ms"] + 2000)
+        # Two GPUs at 250 W each: 500 W between the last two readings, within the jitter of
+        # a shared machine's scheduling (the exporter's clock and the agent's differ).
+        assert 400_000_000 <= later["power_uw"] <= 600_000_000, later
+        elapsed_ms = later["at_ms"] - first["at_ms"]
+        gained = later["energy_uj"] - first["energy_uj"]
+        assert abs(gained - 2 * GPU_W * 1000 * elapsed_ms) <= 2 * GPU_W * 1000 * 1500, later
+        # From the Prolog's start readings: the job's energy so far covers its whole run.
+        assert later["reservation_used_pct"] == later["energy_uj"] * 100 // 10**12
+        # A driver reload sets the counters back to 0: the figure never goes back.
+        bridge.bed.reset_gpu_counters()
+        time.sleep(2.5)
+        after = wait_live(bridge, note.claim, lambda v: v["at_ms"] > later["at_ms"] + 1500)
+        assert after["energy_uj"] >= later["energy_uj"]
+        assert "reading_decreased" not in (bridge.root / "agent.log").read_text()
+    finally:
+        bridge.go(job_id)
+    bridge.wait_released(note.claim)
+    assert "live" not in bridge.claim(note.claim)
