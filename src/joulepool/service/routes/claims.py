@@ -141,13 +141,15 @@ async def release(
 def claim_state(
     claim_id: str, who: Principal = Depends(principal), service: Service = Depends(served)
 ) -> Response:
-    """A claim's state; Queue and Deny leave no record (§6.2)."""
+    """A claim's state, with `"live"` while it runs (API.md "Run time"); Queue and Deny
+    leave no record (§6.2)."""
     pool = service.fresh_pool()
     state = visible_claim(pool, who, claim_id)
-    from joulepool.views.claims import claim_json
+    from joulepool.views.live import live_claim_json
 
-    out = claim_json(state, shown_id(who.tenant, state.claim))
-    return JSONResponse(out)
+    return JSONResponse(
+        live_claim_json(pool, state, shown_id(who.tenant, state.claim), pool.now_ms())
+    )
 
 
 def visible_claim(pool: Pool, who: Principal, claim_id: str) -> ClaimState:
