@@ -98,7 +98,12 @@ def create_app(
         # Added last, so outermost: the boundary's refusals are logged too.
         app.add_middleware(AccessLog, stream=access_log[0], fmt=access_log[1])
     app.state.service = service
-    app.state.metrics = Metrics(lambda: service.pool, lambda: service.witnesses)
+    app.state.metrics = Metrics(
+        lambda: service.pool,
+        lambda: service.witnesses,
+        ready=lambda: _ready(service),
+        tokens=lambda: service.tokens,
+    )
     app.state.timeline = timeline
     app.state.dashboard_workers = dashboard_workers
     app.state.reference = None
@@ -119,6 +124,15 @@ REQUEST_MODELS = (
     m.WitnessIn,
 )
 """The bodies the routes read (`service.body`), published in the OpenAPI schema."""
+
+
+def _ready(service: Service) -> bool:
+    """`pool_ready`: what /readyz would answer now, as 1 or 0 (docs/operations.md)."""
+    try:
+        service.readiness()
+    except ApiError:
+        return False
+    return True
 
 
 def publish_request_schemas(app: FastAPI) -> None:

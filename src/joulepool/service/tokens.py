@@ -383,3 +383,8 @@ class TokenBook:
         if expiry is not None and time.time() >= expiry:
             return None  # past its `expires`: answered exactly like an unknown token
         return found
+
+    def expiries(self) -> list[tuple[str, str, float]]:
+        """(name, scope, expiry in seconds since the epoch) of every token that expires, for
+        `pool_token_expiry_timestamp_seconds` (docs/operations.md): never the digest."""
+        return [(p.name, p.scope, when) for _, p, when in self._entries if when is not None]
