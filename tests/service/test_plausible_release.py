@@ -1,8 +1,8 @@
 """The physical plausibility of a release (API.md "Additions"): with
 `max_device_power_w` configured, an actual figure above devices × ceiling × time since
 admission is refused `implausible_actual` naming the bound, unless an operator overrides it
-(logged); without a ceiling, a figure over 10× its reservation is flagged (HTTP: logged; CLI:
-confirmed with --override). The ceiling is part of the replicas' configuration digest."""
+(logged, with the token's name); without a ceiling, a figure over 10× its reservation needs
+the same override (HTTP: `"override": true`; CLI: --override). The ceiling is part of the replicas' configuration digest."""
 
 from __future__ import annotations
 
@@ -60,18 +60,33 @@ def test_a_release_above_the_physical_ceiling_is_422_unless_overridden(
         serve.kill()
 
 
-def test_without_a_ceiling_a_figure_over_10x_is_charged_and_flagged(tmp_path: Path) -> None:
+def test_without_a_ceiling_a_figure_over_10x_needs_override_and_names_its_actor(
+    tmp_path: Path,
+) -> None:
     d = Deployment.create(tmp_path / "d")
     serve = start_serve(d.folder)
     try:
         with serve.client(d.operator) as ops:
             ops.post("/v1/claims", json=claim("c1", MJ))
-            r = ops.post(
-                "/v1/claims/c1/release", json={"actual": {"uj": 11 * MJ, "grade": "HwShunt"}}
+            eleven = {"actual": {"uj": 11 * MJ, "grade": "HwShunt"}}
+            r = ops.post("/v1/claims/c1/release", json=eleven)
+            assert r.status_code == 422 and r.json()["error"] == "implausible_actual"
+            assert "10× its reservation" in r.json()["detail"]
+            assert ops.get("/v1/claims/c1").json()["state"] == "running"  # nothing charged
+            ten = ops.post(
+                "/v1/claims/c1/release", json={"actual": {"uj": 10 * MJ, "grade": "HwShunt"}}
             )
-            assert r.status_code == 200
+            assert ten.status_code == 200  # 10× is the bound, not past it
+            ops.post("/v1/claims", json=claim("c2", MJ))
+            forced = ops.post("/v1/claims/c2/release", json={**eleven, "override": True})
+            assert forced.status_code == 200 and forced.json()["charged"]["uj"] == 11 * MJ
         time.sleep(0.2)
-        assert "flagged far_above_reservation" in serve.output()
+        said = serve.output()
+        assert "release override far_above_reservation by ops" in said
+        (access,) = [x for x in said.splitlines() if "/v1/claims/c2/release" in x]
+        assert (
+            " ops POST " in access and "verdict=released:override:far_above_reservation" in access
+        )
     finally:
         serve.kill()
 
