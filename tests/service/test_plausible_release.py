@@ -18,10 +18,14 @@ MJ = 10**12
 GJ = 10**15
 
 
-def with_ceiling(folder: Path, watts: int) -> None:
+def with_ceiling(folder: Path, watts: int | None) -> None:
+    """Set pool.toml's `max_device_power_w` to `watts` (None: no ceiling), whatever it was."""
     path = folder / CONFIG
-    text = path.read_text()
-    path.write_text(text.replace("[pool]\n", f"[pool]\nmax_device_power_w = {watts}\n", 1))
+    lines = [x for x in path.read_text().splitlines() if not x.startswith("max_device_power_w")]
+    text = "\n".join(lines) + "\n"
+    if watts is not None:
+        text = text.replace("[pool]\n", f"[pool]\nmax_device_power_w = {watts}\n", 1)
+    path.write_text(text)
 
 
 def claim(claim_id: str, uj: int) -> dict[str, object]:
@@ -93,7 +97,7 @@ def test_without_a_ceiling_a_figure_over_10x_needs_override_and_names_its_actor(
 
 def test_cli_release_refuses_implausible_and_takes_override(tmp_path: Path) -> None:
     folder = tmp_path / "d"
-    assert pool_cli("init", str(folder)).returncode == 0
+    assert pool_cli("init", str(folder), "--no-power-ceiling").returncode == 0
     assert (
         pool_cli(
             "admit",
@@ -138,7 +142,7 @@ def test_cli_release_refuses_implausible_and_takes_override(tmp_path: Path) -> N
 
 def test_the_ceiling_is_in_the_configuration_digest(tmp_path: Path) -> None:
     folder = tmp_path / "d"
-    assert pool_cli("init", str(folder)).returncode == 0
+    assert pool_cli("init", str(folder), "--no-power-ceiling").returncode == 0
     c = read_config(folder / CONFIG)
     before = config_digest(c)
     assert before == config_digest(dataclasses.replace(c, max_device_power_w=None))
@@ -148,3 +152,29 @@ def test_the_ceiling_is_in_the_configuration_digest(tmp_path: Path) -> None:
     after = config_digest(c)
     assert after != before
     assert physical_bound_uj(2, 700, 1_000) == 2 * 700 * 10**6  # 2 devices, 700 W, 1 s
+
+
+def test_pool_init_sets_a_documented_ceiling_that_refuses_a_figure_typed_too_large(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "d"
+    made = pool_cli("init", str(folder), "--json")
+    assert made.returncode == 0, made.stderr
+    assert '"max_device_power_w": 1000' in made.stdout
+    assert read_config(folder / CONFIG).max_device_power_w == 1000
+    admit = ("admit", str(folder), "--id", "a", "--entitlement", "vision", "--estimate", "1MJ")
+    assert pool_cli(*admit, "--grade", "HwShunt").returncode == 0
+    # A second's work of one 1000 W device is about 1 kJ; 1 MJ typed for 1 kJ is refused.
+    r = pool_cli("release", str(folder), "a", "--actual", "1MJ", "--grade", "HwShunt")
+    assert r.returncode == 1 and "implausible_actual" in r.stderr and "1000 W" in r.stderr
+    r = pool_cli("release", str(folder), "a", "--actual", "100J", "--grade", "HwShunt")
+    assert r.returncode == 0, r.stderr
+    other = tmp_path / "e"
+    assert pool_cli("init", str(other), "--max-device-power-w", "700").returncode == 0
+    assert read_config(other / CONFIG).max_device_power_w == 700
+    bad = pool_cli("init", str(tmp_path / "f"), "--max-device-power-w", "0")
+    assert bad.returncode == 1 and "--max-device-power-w" in bad.stderr
+    assert not (tmp_path / "f").exists()  # refused before anything was made
+    none = tmp_path / "g"
+    assert pool_cli("init", str(none), "--no-power-ceiling").returncode == 0
+    assert read_config(none / CONFIG).max_device_power_w is None

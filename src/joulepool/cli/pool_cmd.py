@@ -51,12 +51,18 @@ def _init(args: argparse.Namespace) -> int:
     from joulepool.deployment.init import init_deployment
 
     folder = Path(args.dir)
-    init_deployment(folder, args.steward)
-    result = {"dir": str(folder), "steward": args.steward}
+    ceiling = None if args.no_power_ceiling else args.max_device_power_w
+    init_deployment(folder, args.steward, ceiling)
+    result = {"dir": str(folder), "steward": args.steward, "max_device_power_w": ceiling}
 
     def human(c: Console) -> None:
         c.print(f"created deployment {folder}: steward {args.steward!r}, an empty ledger,")
         c.print(f"and an example tree in {folder / 'pool.toml'} (edit it, then use `pool admit`).")
+        if ceiling is not None:
+            c.print(
+                f"Releases above {ceiling} W a device since admission are refused unless "
+                "overridden (max_device_power_w in pool.toml)."
+            )
 
     emit(args, result, human)
     return 0
@@ -589,6 +595,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("dir", metavar="DIR")
     p.add_argument(
         "--steward", default="steward", help="the steward's identifier (default: steward)"
+    )
+    from joulepool.deployment.init import DEFAULT_MAX_DEVICE_POWER_W
+
+    p.add_argument(
+        "--max-device-power-w",
+        type=_uint,
+        default=DEFAULT_MAX_DEVICE_POWER_W,
+        metavar="W",
+        help="the most one device draws: a release above devices × W × the time since "
+        "admission is refused implausible_actual unless overridden "
+        f"({DEFAULT_MAX_DEVICE_POWER_W}: the hungriest accelerators' board power)",
+    )
+    p.add_argument(
+        "--no-power-ceiling",
+        action="store_true",
+        help="no ceiling: releases over 10× their reservation need override instead",
     )
     add_json(p)
     p.set_defaults(handler=_init)

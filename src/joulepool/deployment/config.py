@@ -202,15 +202,21 @@ def write_config(
     tree: Tree,
     idle: IdlePolicy | None = None,
     period: Schedule = NONE,
+    max_device_power_w: int | None = None,
 ) -> None:
-    """Write `pool.toml`, refusing to overwrite one; the [period] table says its choices."""
+    """Write `pool.toml`, refusing to overwrite one; the [period] table says its choices, and
+    `max_device_power_w`, when given, the release ceiling (DESIGN.md "Plausible releases")."""
     doc: dict[str, Any] = {"pool": {"steward": steward, "required_evidence": 3}}
+    if max_device_power_w is not None:
+        doc["pool"]["max_device_power_w"] = max_device_power_w
     if idle is not None and idle.configured:
         doc["idle"] = {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw}
     text = (
         "# pool/1 deployment: the steward, the idle policy, the budget period and the tree.\n"
         "# Figures are integers: microjoules (_uj), microseconds (_us), microwatts (_uw).\n"
         "# With no [idle] table the idle policy is unconfigured and reclaims nothing (§2.7).\n"
+        "# max_device_power_w: the most one device draws (W); a release above devices x it x\n"
+        "# the time since admission is refused implausible_actual unless overridden.\n"
         + tomli_w.dumps(doc)
         + "\n"
         + PERIOD_COMMENT
