@@ -153,8 +153,12 @@ def _claims(args: argparse.Namespace) -> int:
     rows = [claim_json(state) | {"admitted_ms": at} for state, at in found]
 
     def human(c: Console) -> None:
-        reserved = column([r["reserved"]["uj"] for r in rows])
-        actual = column([r["actual"]["uj"] if "actual" in r else None for r in rows])
+        # One unit for the table: a reservation and its actual side by side compare at a glance.
+        reserved = actual = column(
+            [r["reserved"]["uj"] for r in rows]
+            + [r["actual"]["uj"] for r in rows if "actual" in r],
+            args.units,
+        )
         c.print(
             table(
                 f"{len(rows)} claim(s)",
@@ -293,8 +297,10 @@ def usage_table(rows: list[dict[str, Any]], depth: dict[str, int], units: str) -
             for name in ("charged", "reserved", "committed", "remaining", "borrowed")
         },
     }
-    cols = {name: column(values, units) for name, values in energy.items()}
-    headings = [f"{name} ({cols[name].label})" for name in energy]
+    # One unit for the whole table, so figures in different columns compare at a glance.
+    one = column([v for values in energy.values() for v in values], units)
+    cols = dict.fromkeys(energy, one)
+    headings = [f"{name} ({one.label})" for name in energy]
     body = []
     for i, (r, u) in enumerate(zip(rows, shown, strict=True)):
         name = "  " * depth[r["id"]] + r["id"] + (" Σ" if "subtree" in r else "")
@@ -352,8 +358,8 @@ def _usage(args: argparse.Namespace) -> int:
             c.print(
                 "Σ: an interior node's figures are its whole subtree's totals (--json: `subtree`)"
             )
-        if args.units not in {"uj", "j"}:
-            c.print("figures are rounded in each column's unit; --units uj or --json give exact µJ")
+        if args.units not in {"uJ", "J"}:
+            c.print("figures are rounded in the table's unit; --units uJ or --json give exact µJ")
         c.print(source_words(source))
 
     out = {"length": length, "period": period.to_json(), "entitlements": rows, "read": source}
@@ -369,12 +375,12 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
 
     def human(c: Console) -> None:
         from joulepool.periods import utc_text
+        from joulepool.units import column
 
         periods = result["periods"]
-        energy = [
-            energy_column(name, [r[f"{name}_uj"] for r in periods], args.units)
-            for name in ("charged", "reserved", "guarantee", "remaining")
-        ]
+        names = ("charged", "reserved", "guarantee", "remaining")
+        one = column([r[f"{n}_uj"] for r in periods for n in names], args.units)
+        energy = [(f"{n} ({one.label})", [one.show(r[f"{n}_uj"]) for r in periods]) for n in names]
         headings = [h for h, _ in energy]
         c.print(
             table(
@@ -583,6 +589,28 @@ def energy_flag(text: str) -> int:
 ENERGY_HELP = "4MJ, 2.5kWh, 750J, 123uJ; a bare number is µJ"
 
 
+def _units(text: str) -> str:
+    from joulepool.errors import InvalidInput
+    from joulepool.units import display_unit
+
+    try:
+        return display_unit(text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.detail.rsplit(": ", 1)[-1]) from None
+
+
+def add_units(parser: argparse.ArgumentParser) -> None:
+    """`--units` of a table of energies (DESIGN.md "Figures as people type and read them")."""
+    parser.add_argument(
+        "--units",
+        type=_units,
+        default="auto",
+        metavar="UNIT",
+        help="one energy unit for the whole table: uJ, J, kJ, MJ, GJ or kWh, any case; auto "
+        "picks the largest of J, kJ, MJ, GJ the table's biggest figure reaches (default: auto)",
+    )
+
+
 def _uint(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
@@ -659,6 +687,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--state", choices=("running", "released"), help="only claims in this state (default: both)"
     )
+    add_units(p)
     add_json(p)
     p.set_defaults(handler=_claims)
 
@@ -704,12 +733,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--history", metavar="ENT", help="each period's charged energy against ENT's guarantee"
     )
-    p.add_argument(
-        "--units",
-        choices=("auto", "kwh", "j", "uj"),
-        default="auto",
-        help="energy unit of the table: auto picks J, kJ, MJ or GJ per column (default: auto)",
-    )
+    add_units(p)
     add_json(p)
     p.set_defaults(handler=_usage)
 
