@@ -35,8 +35,8 @@ def test_usage_piped_is_plain_text_never_cut_one_unit_per_table(tmp_path: Path) 
     exact = pool("usage", str(folder), "--units", "uj").stdout
     assert "50,000,000,000,000" in exact and "2,000,000,000,000" in exact
     assert "(kWh)" in pool("usage", str(folder), "--units", "kwh").stdout
-    header = lines[1]
-    assert header.count("(MJ)") == 7  # guarantee, limit, charged, reserved, committed, ...
+    heading = lines[1]
+    assert heading.count("(MJ)") == 7  # guarantee, limit, charged, reserved, committed, ...
 
 
 def test_units_are_named_in_any_case_and_one_unit_serves_the_whole_table(
