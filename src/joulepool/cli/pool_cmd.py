@@ -632,8 +632,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=DEFAULT_MAX_DEVICE_POWER_W,
         metavar="W",
         help="the most one device draws: a release above devices × W × the time since "
-        "admission is refused implausible_actual unless overridden "
-        f"({DEFAULT_MAX_DEVICE_POWER_W}: the hungriest accelerators' board power)",
+        "admission is refused implausible_actual unless overridden; "
+        f"{DEFAULT_MAX_DEVICE_POWER_W} W is the hungriest accelerators' board power",
     )
     p.add_argument(
         "--no-power-ceiling",
