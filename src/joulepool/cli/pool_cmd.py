@@ -420,10 +420,13 @@ def _estimate(args: argparse.Namespace) -> int:
         if not isinstance(result, Derived) and result.reason is DeclineReason.empty_class:
             c.print("no class given: no estimate (empty_class); an empty class asserts nothing")
         elif isinstance(result, Derived):
+            from joulepool.units import energy_text
+
             c.print(
-                f"class {args.class_!r}: estimate {result.estimate.uj:,} µJ ({result.estimate.grade.value}), "
-                f"the largest of {result.evidence} measured runs (spread {result.min_uj:,}..{result.max_uj:,} µJ; "
-                f"{result.observations} observations in all)"
+                f"class {args.class_!r}: estimate {energy_text(result.estimate.uj)} "
+                f"({result.estimate.grade.value}), the largest of {result.evidence} measured "
+                f"runs (spread {energy_text(result.min_uj)} to {energy_text(result.max_uj)}; "
+                f"{result.observations} observations in all; --json gives exact µJ)"
             )
         else:
             hint = (
