@@ -114,6 +114,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploymen
             assert ops.post("/v1/claims/v-1/release", json=release).status_code == 200
             body = {**body, "id": "l-1", "entitlement": "language"}
             assert ops.post("/v1/claims", json=body).json()["verdict"] == "admit"
+            # robotics at 85 % of its 20 MJ: the shipped rules' 80 % alert fires on it.
+            body = {**body, "id": "r-1", "entitlement": "robotics"}
+            body["estimate"] = {"uj": 17 * MJ, "grade": "HwShunt"}
+            assert ops.post("/v1/claims", json=body).json()["verdict"] == "admit"
         yield deployment, scraper, serve
     finally:
         serve.kill()
@@ -194,9 +198,14 @@ def test_real_prometheus_scrapes_pool_serve_and_answers_pool_usage_figures(
         assert build["metric"]["version"] == __version__
         (ready,) = query(url, "pool_ready", deadline)
         assert ready["value"][1] == "1"
-        # The shipped rules load, and one of them is evaluated against the live figures.
+        # The shipped rules load, and fire on the live series as they are labelled.
         groups = httpx.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
         assert {g["name"] for g in groups} == {"joulepool-usage", "joulepool-service"}
+        firing = query(url, 'ALERTS{alertstate="firing",alertname=~"PoolGuarantee.*"}', deadline)
+        assert [(a["metric"]["alertname"], a["metric"]["entitlement"]) for a in firing] == [
+            ("PoolGuarantee80Percent", "robotics")
+        ]
+        assert firing[0]["metric"]["parent"] == "research"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
