@@ -53,6 +53,20 @@ def test_design_s7_gpus_per_node_come_from_scontrol_show_job_d() -> None:
     assert expand_hostlist("gpu[01-03,7],login") == ["gpu01", "gpu02", "gpu03", "gpu7", "login"]
 
 
+@pytest.mark.parametrize(
+    "gres",
+    [
+        "Nodes=n[a-b] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)",
+        "Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:9(IDX:-)",
+        "Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0-999999999999)",
+        "Nodes=n[1-999999999999] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)",
+    ],
+)
+def test_design_s7_a_job_detail_that_does_not_parse_is_refused_in_bounded_time(gres: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_job_detail(f"JobId=1 JobName=x\n     {gres}\n")
+
+
 def test_design_s7_dcgm_millijoules_become_exact_microjoules() -> None:
     text = Counters(2, 250, "n1").exposition()
     counters = dcgm_counters(text, "dcgm")
