@@ -56,6 +56,8 @@ MAX_GPUS = 65_536
 """The most GPUs one job's detail may list: a bound on a hostile range like IDX:0-999999999."""
 
 _EXACT = Context(prec=80)
+MAX_DIGITS = 24
+"""A counter's largest decimal exponent: 10**24 mJ or J is far past 2**64 µJ."""
 _FLOAT_EXACT_UJ = 2**51
 """Above this a float64 printed in J no longer names one µJ (as `meters.prometheus` says)."""
 
@@ -112,7 +114,10 @@ def _decimal(text: str, where: str) -> Decimal:
     except InvalidOperation:
         raise InvalidInput(where, f"the counter {text!r} is not a number") from None
     if not value.is_finite() or value < 0:
-        raise InvalidInput(where, f"the counter is {text}, not a figure")
+        raise InvalidInput(where, f"the counter is {text[:40]}, not a figure")
+    if value.adjusted() > MAX_DIGITS:
+        # Past any counter's range; and turning 1e999999999 into an int would never end.
+        raise InvalidInput(where, f"the counter {text[:40]} is past 10**{MAX_DIGITS}")
     return value
 
 
@@ -342,7 +347,7 @@ class Sampler:
                     pages[url] = {f"gpu{k}": v for k, v in dcgm_counters(text, url).items()}
                 else:
                     pages[url] = rapl_counters(text, url)
-            except (OSError, UnicodeDecodeError, PoolError, ValueError) as exc:
+            except (OSError, UnicodeDecodeError, PoolError, ValueError, ArithmeticError) as exc:
                 self.log(f"exporter {url}: {type(exc).__name__}: {exc}")
                 pages[url] = None
         return pages[url]
