@@ -90,6 +90,12 @@ class Service:
     # The deployment's claim secret (`deployment.claim_tokens`); None: no claim tokens.
     claim_secret: bytes | None = None
 
+    def claim_token(self, claim_id: str) -> str | None:
+        """Claim `claim_id`'s own token, or None when claim tokens are off (API.md "Run time")."""
+        from joulepool.deployment.claim_tokens import claim_token
+
+        return None if self.claim_secret is None else claim_token(self.claim_secret, claim_id)
+
     def is_claim_token(self, claim_id: str, token: str) -> bool:
         """Whether `token` is claim `claim_id`'s own token (API.md "Run time")."""
         from joulepool.deployment.claim_tokens import is_claim_token
