@@ -51,7 +51,10 @@ local function read_config(path)
   if not fh then
     return nil, "cannot read " .. path .. ": " .. tostring(err)
   end
-  local cfg = { pool = {}, accounts = {} }
+  local cfg = {
+    pool = {}, accounts = {}, default_estimate = {}, account_estimate = {},
+    partition_estimate = {}, exempt_accounts = {}, exempt_partitions = {},
+  }
   local section = nil
   local n = 0
   for line in fh:lines() do
@@ -112,6 +115,14 @@ local function read_config(path)
   p.timeout = tonumber(p.timeout_ms or "500") / 1000
   p.fail_open = (p.on_unreachable == "admit")
   p.cluster = p.cluster or "slurm"
+  p.mode = p.mode or "enforce"
+  if p.mode ~= "enforce" and p.mode ~= "shadow" then
+    return nil, path .. ': [pool] mode must be "enforce" or "shadow"'
+  end
+  p.cpu_only = p.cpu_only or "claim"
+  if p.cpu_only ~= "claim" and p.cpu_only ~= "exempt" then
+    return nil, path .. ': [pool] cpu_only must be "claim" or "exempt"'
+  end
   -- The cluster is part of every claim id, which has no '/' and at most 256 bytes (API.md).
   if #p.cluster > 64 or not p.cluster:match("^[%w_%.:@%+%-]+$") then
     return nil, path .. ": [pool] cluster: 1 to 64 letters, digits and _.:@+- (no '/')"
@@ -619,7 +630,13 @@ local function claim_json(c)
   return s .. "}"
 end
 
-local function hold(job_desc, c, state, reason, message, renews)
+local function hold(job_desc, p, c, state, reason, message, renews)
+  if p.mode == "shadow" then
+    -- Shadow mode: Pool decided and counted the verdict; only the hold is left out.
+    job_desc.admin_comment = admin_comment(c, "shadow_" .. state, reason, renews)
+    slurm.log_info("pool bridge: shadow mode: claim %s would have been held (%s)", c.id, reason)
+    return slurm.SUCCESS
+  end
   job_desc.priority = 0
   job_desc.admin_comment = admin_comment(c, state, reason, renews)
   slurm.log_user("Pool: job held: " .. message)
@@ -627,15 +644,120 @@ local function hold(job_desc, c, state, reason, message, renews)
   return slurm.SUCCESS
 end
 
+-- A job refused before Pool was asked (or for a claim Pool found invalid). In shadow mode
+-- it goes on: the admin comment records the code it would have been refused with.
+local function refuse(job_desc, p, code, message)
+  if p.mode == "shadow" then
+    job_desc.admin_comment = "pool:shadow=rejected;reason=" .. code
+    slurm.log_info("pool bridge: shadow mode: a job would have been rejected (%s)", code)
+    slurm.log_user("Pool (trial run, not enforced): this job would be rejected: " .. message)
+    return slurm.SUCCESS
+  end
+  slurm.log_user("Pool: " .. message)
+  return slurm.ERROR
+end
+
+-- Never claimed (docs/slurm.md, "Exempt jobs"); the agent counts these in its log.
+local function exempt(job_desc, kind, name)
+  local why = kind
+  if name ~= nil and tostring(name):match(SAFE) then
+    why = kind .. ":" .. name
+  end
+  job_desc.admin_comment = "pool:exempt=" .. why
+  slurm.log_info("pool bridge: job exempt (%s)", why)
+  return slurm.SUCCESS
+end
+
 local function unreachable(job_desc, p, c, why)
   slurm.log_error("pool bridge: Pool unreachable for claim %s: %s", c.id, why)
-  if p.fail_open then
+  if p.fail_open or p.mode == "shadow" then
     job_desc.admin_comment = admin_comment(c, "unaccounted", "pool_unreachable")
     slurm.log_user("Pool: unreachable (" .. why .. "); the job goes on unaccounted (fail-open)")
     return slurm.SUCCESS
   end
-  return hold(job_desc, c, "unreachable", "pool_unreachable",
+  return hold(job_desc, p, c, "unreachable", "pool_unreachable",
     "Pool is unreachable (" .. why .. "); the job waits until Pool answers (fail-closed)")
+end
+
+-- The partitions a job may run in: those it names, else the default partition.
+local function partitions_of(job_desc, part_list)
+  local out = {}
+  if job_desc.partition ~= nil and job_desc.partition ~= "" then
+    for name in tostring(job_desc.partition):gmatch("[^,]+") do
+      out[#out + 1] = name
+    end
+    return out
+  end
+  local ok, name = pcall(function()
+    for key, part in pairs(part_list or {}) do
+      if part.flag_default == 1 then
+        return part.name or key
+      end
+    end
+  end)
+  if ok and name ~= nil then
+    out[1] = name
+  end
+  return out
+end
+
+local INFINITE = 4294967295
+
+-- The job's time limit in minutes: its own (--time), else what Slurm will give it (the
+-- partition's DefaultTime, else MaxTime; the longest over its partitions). nil when any
+-- is unlimited or unknown: a default estimate then has nothing to scale.
+local function time_limit_min(job_desc, part_list, parts)
+  local t = job_desc.time_limit
+  if set(t, NO_VAL) and t ~= INFINITE and t > 0 then
+    return t
+  end
+  local ok, found = pcall(function()
+    local most = nil
+    for _, name in ipairs(parts) do
+      local part = part_list[name]
+      if part == nil then
+        return nil
+      end
+      local d = part.default_time
+      if not set(d, NO_VAL) or d == INFINITE or d == 0 then
+        d = part.max_time
+      end
+      if not set(d, NO_VAL) or d == INFINITE or d == 0 then
+        return nil
+      end
+      most = math.max(most or 0, d)
+    end
+    return most
+  end)
+  return ok and found or nil
+end
+
+-- The estimate of a job that gives none (docs/slurm.md, "Default estimates"): the account's
+-- fixed figure, else its partition's, else the configured power times its devices times its
+-- time limit. Always Estimator (a guess, which never borrows: §4.4). Returns the figure in
+-- microjoules (a digit string), or nil and why not (nil, nil: no default applies).
+local function default_estimate(cfg, account, parts, kind, gang, per_member, minutes)
+  local fixed = cfg.account_estimate[account]
+  if fixed == nil and #parts == 1 then
+    fixed = cfg.partition_estimate[parts[1]]
+  end
+  if fixed ~= nil then
+    return energy_uj(tostring(fixed))
+  end
+  local watts = cfg.default_estimate[kind == "gpu" and "gpu_power_w" or "cpu_power_w"]
+  if watts == nil then
+    return nil, nil
+  end
+  if minutes == nil then
+    return nil, "the job has no time limit to scale the default estimate by; give --time or --comment=pool:estimate=4MJ"
+  end
+  -- W x devices x minutes x 60 s x 10^6 uJ/J, exactly, on digit strings.
+  local digits = times(times(times(times(tostring(watts), gang), per_member), minutes), 60)
+  digits = (digits .. "000000"):gsub("^0+(%d)", "%1")
+  if #digits > 18 then
+    return nil, "the default estimate of this job is past what a ledger figure holds"
+  end
+  return digits
 end
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
@@ -650,22 +772,35 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
 
   local account = job_desc.account or job_desc.default_account
   if account == nil or account == "" then
-    slurm.log_user("Pool: the job names no account (-A/--account); Pool maps accounts to entitlements")
-    return slurm.ERROR
+    return refuse(job_desc, p, "no_account",
+      "the job names no account (-A/--account); Pool maps accounts to entitlements")
+  end
+  if cfg.exempt_accounts[account] == true then
+    return exempt(job_desc, "account", account)
+  end
+  local parts = partitions_of(job_desc, part_list)
+  local all_exempt = #parts > 0
+  for _, name in ipairs(parts) do
+    all_exempt = all_exempt and cfg.exempt_partitions[name] == true
+  end
+  if all_exempt then
+    return exempt(job_desc, "partition", table.concat(parts, "+"))
+  end
+  local gang, per_member, kind = devices(job_desc)
+  if kind == "cpu" and p.cpu_only == "exempt" then
+    return exempt(job_desc, "cpu_only")
   end
   local entitlement = cfg.accounts[account]
   if type(entitlement) ~= "string" then
-    slurm.log_user("Pool: account '" .. account .. "' is not mapped to a Pool entitlement in "
-      .. CONFIG_PATH .. "; ask your administrator to map it")
-    return slurm.ERROR
+    return refuse(job_desc, p, "unmapped_account", "account '" .. account
+      .. "' is not mapped to a Pool entitlement in " .. CONFIG_PATH
+      .. "; ask your administrator to map it")
   end
 
   local want, perr = parse_comment(job_desc.comment)
   if not want then
-    slurm.log_user("Pool: " .. perr)
-    return slurm.ERROR
+    return refuse(job_desc, p, "bad_comment", perr)
   end
-  local gang, per_member, kind = devices(job_desc)
   -- Slurm gives an --exclusive job every GPU of its nodes: with gpus_per_node configured,
   -- it claims them all, so no GPU runs that Pool did not admit.
   local whole = tonumber(p.gpus_per_node or "")
@@ -674,9 +809,10 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   end
   local tasks, at_once, aerr = array_size(job_desc.array_inx)
   if aerr then
-    slurm.log_user("Pool: " .. aerr)
-    return slurm.ERROR
+    return refuse(job_desc, p, "bad_array", aerr)
   end
+  -- The default estimate is one task's: one task's nodes, before the array's are counted.
+  local task_gang = gang
   if tasks then
     gang = gang * at_once
   end
@@ -688,16 +824,19 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     class = want.class,
     tasks = tasks and tostring(tasks) or nil,
   }
+  local fallback, ferr = default_estimate(cfg, account, parts, kind, task_gang, per_member,
+    time_limit_min(job_desc, part_list, parts))
   local token = read_token(p.token_file)
   if token == nil then
     slurm.log_error("pool bridge: cannot read the token file %s", p.token_file)
-    c.estimate_uj, c.grade = want.estimate_uj or "0", want.grade or "Estimator"
+    c.estimate_uj, c.grade = want.estimate_uj or fallback or "0", want.grade or "Estimator"
     if tasks then
       c.estimate_uj = times(c.estimate_uj, tonumber(tasks)):gsub("^0+(%d)", "%1")
     end
     return unreachable(job_desc, p, c, "the bridge's token file is unreadable")
   end
 
+  local no_estimate = "the job carries no energy estimate; give --comment=pool:estimate=4MJ[,grade=ModelBased][,class=C] or --comment=pool:class=C for a class with earned history"
   if want.estimate_uj then
     c.estimate_uj, c.grade = want.estimate_uj, want.grade or "Estimator"
   elseif want.class then
@@ -705,27 +844,34 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     local body = '{"class":' .. json_string(want.class) .. ',"entitlement":' .. json_string(entitlement) .. "}"
     local status, answer = post(p, token, "/v1/estimates", body)
     if status == nil then
-      c.estimate_uj, c.grade = "0", "Estimator"
+      c.estimate_uj, c.grade = fallback or "0", "Estimator"
       return unreachable(job_desc, p, c, answer)
     end
     if status ~= 200 then
-      c.estimate_uj, c.grade = "0", "Estimator"
+      c.estimate_uj, c.grade = fallback or "0", "Estimator"
       return unreachable(job_desc, p, c, "HTTP " .. status .. " " .. tostring(answer.error))
     end
-    if type(answer.estimate) ~= "table" then
-      slurm.log_user("Pool: no estimate for class '" .. want.class .. "': " .. tostring(answer.declined)
-        .. " (" .. tostring(answer.observations) .. " observations, " .. tostring(answer.evidence)
-        .. " evidence); give --comment=pool:estimate=4MJ")
-      return slurm.ERROR
+    if type(answer.estimate) == "table" then
+      c.estimate_uj, c.grade = answer.estimate.uj, answer.estimate.grade
+      if type(c.estimate_uj) ~= "string" or not c.estimate_uj:match("^%d+$") then
+        return refuse(job_desc, p, "bad_class_estimate",
+          "the estimate Pool gave is not a whole number of microjoules")
+      end
+    elseif fallback ~= nil then
+      c.estimate_uj, c.grade = fallback, "Estimator"
+      slurm.log_user("Pool: class '" .. want.class .. "' has not earned an estimate yet ("
+        .. tostring(answer.declined) .. "); the default estimate is used: " .. fallback .. " uJ, Estimator")
+    else
+      return refuse(job_desc, p, "no_class_estimate", "no estimate for class '" .. want.class
+        .. "': " .. tostring(answer.declined) .. " (" .. tostring(answer.observations)
+        .. " observations, " .. tostring(answer.evidence) .. " evidence); give --comment=pool:estimate=4MJ")
     end
-    c.estimate_uj, c.grade = answer.estimate.uj, answer.estimate.grade
-    if type(c.estimate_uj) ~= "string" or not c.estimate_uj:match("^%d+$") then
-      slurm.log_user("Pool: the estimate Pool gave is not a whole number of microjoules")
-      return slurm.ERROR
-    end
+  elseif fallback ~= nil then
+    c.estimate_uj, c.grade = fallback, "Estimator"
+    slurm.log_user("Pool: no estimate given; the default estimate is used: " .. fallback
+      .. " uJ, Estimator (--comment=pool:estimate=4MJ gives your own)")
   else
-    slurm.log_user("Pool: the job carries no energy estimate; give --comment=pool:estimate=4MJ[,grade=ModelBased][,class=C] or --comment=pool:class=C for a class with earned history")
-    return slurm.ERROR
+    return refuse(job_desc, p, "no_estimate", ferr or no_estimate)
   end
 
   if tasks then
@@ -737,8 +883,8 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     return unreachable(job_desc, p, c, answer)
   end
   if status == 422 then
-    slurm.log_user("Pool refused the claim as invalid: " .. tostring(answer.detail))
-    return slurm.ERROR
+    return refuse(job_desc, p, "invalid_claim",
+      "Pool refused the claim as invalid: " .. tostring(answer.detail))
   end
   if status ~= 200 then
     return unreachable(job_desc, p, c, "HTTP " .. status .. " " .. tostring(answer.error) .. ": " .. tostring(answer.detail))
@@ -759,9 +905,14 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     else
       renews = nil
     end
-    return hold(job_desc, c, "queued", reason, "queued (" .. reason .. "): " .. text, renews)
+    return hold(job_desc, p, c, "queued", reason, "queued (" .. reason .. "): " .. text, renews)
   end
   local reason = tostring(answer.reason)
+  if p.mode == "shadow" then
+    job_desc.admin_comment = admin_comment(c, "shadow_denied", reason)
+    slurm.log_info("pool bridge: shadow mode: claim %s would have been denied (%s)", c.id, reason)
+    return slurm.SUCCESS
+  end
   slurm.log_user("Pool denied the job (" .. reason .. "): " .. (DENY_TEXT[reason] or reason))
   return slurm.ERROR
 end
@@ -772,7 +923,13 @@ function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
   if modify_uid == 0 then
     return slurm.SUCCESS
   end
-  local state = (job_rec.admin_comment or ""):match("^pool:.*;state=([%w_]+)")
+  local note = job_rec.admin_comment or ""
+  -- An exempt job stays where its exemption was decided.
+  if note:match("^pool:exempt=") and (job_desc.account ~= nil or job_desc.partition ~= nil) then
+    slurm.log_user("Pool exempted this job for its account or partition; cancel and resubmit to change them")
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  local state = note:match("^pool:.*;state=([%w_]+)")
   if state == nil then
     return slurm.SUCCESS
   end
