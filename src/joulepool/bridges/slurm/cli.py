@@ -145,13 +145,35 @@ def _check(args: argparse.Namespace) -> int:
         "gpu_wait_s": config.gpu_wait_s,
         "gpus_per_node": config.gpus_per_node,
         "reconcile_after_s": config.reconcile_after_s,
+        "mode": config.mode,
+        "cpu_only": config.cpu_only,
+        "default_estimate": config.default_power_w,
+        "account_estimate": config.account_estimate,
+        "partition_estimate": config.partition_estimate,
+        "exempt_accounts": sorted(config.exempt_accounts),
+        "exempt_partitions": sorted(config.exempt_partitions),
     }
-    emit(
-        args,
-        result,
-        lambda c: c.print(f"{config.path}: ok, {len(config.accounts)} account(s) mapped"),
-    )
-    return 0
+    if not args.online:
+        emit(
+            args,
+            result,
+            lambda c: c.print(f"{config.path}: ok, {len(config.accounts)} account(s) mapped"),
+        )
+        return 0
+    from joulepool.bridges.slurm.config import slurm_env
+    from joulepool.bridges.slurm.online import check_online
+
+    findings = check_online(config, slurm_env(), args.dcgm_url)
+    result["online"] = [f.to_json() for f in findings]
+    failed = [f for f in findings if not f.ok]
+
+    def human(c: Console) -> None:
+        for f in findings:
+            c.print(f"{'ok  ' if f.ok else 'FAIL'} {f.check}: {f.detail}", markup=False)
+        c.print(f"{config.path}: {len(failed)} of {len(findings)} online check(s) failed")
+
+    emit(args, result, human)
+    return 1 if failed else 0
 
 
 def _install(args: argparse.Namespace) -> int:
@@ -229,6 +251,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     c = ssub.add_parser("check-config", help="validate the bridge's file and token")
     _config_arg(c)
+    c.add_argument(
+        "--online",
+        action="store_true",
+        help="also ask Pool (token scope, entitlements) and Slurm (energy accounting)",
+    )
+    c.add_argument(
+        "--dcgm-url",
+        metavar="URL",
+        help="with --online: each node's DCGM exporter, {node} for its name",
+    )
     add_json(c)
     c.set_defaults(handler=_check)
 
