@@ -7,6 +7,9 @@ guarantee, phys maps to vision, ling to language.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -159,3 +162,87 @@ def test_exempt_account_and_partition_are_never_claimed(bridge: Bridge) -> None:
         time.sleep(0.2)
     log = (bridge.root / "agent.log").read_text()
     assert f"job {admin}: exempt (account:admin), never claimed" in log
+
+
+SITE_JOB_SUBMIT = """
+-- A site's own job_submit.lua: rules of its own, then the bridge in one call.
+package.path = "{etc}/?.lua;" .. package.path
+local pool_bridge = require("pool_bridge")
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  job_desc.name = "site-" .. (job_desc.name or "job")
+  if job_desc.account == "closed" then
+    slurm.log_user("site: account closed is closed")
+    return slurm.ERROR
+  end
+  return pool_bridge.job_submit(job_desc, part_list, submit_uid)
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  return pool_bridge.job_modify(job_desc, job_rec, part_list, modify_uid)
+end
+
+return slurm.SUCCESS
+"""
+
+
+def test_site_job_submit_calling_the_bridge_module_keeps_both_rules(bridge: Bridge) -> None:
+    shipped = bridge.bed.job_submit.read_text()
+    assert "pool_bridge.job_submit(job_desc, part_list, submit_uid)" in shipped
+    bridge.bed.set_job_submit(SITE_JOB_SUBMIT.format(etc=bridge.bed.etc))
+    try:
+        job_id = bridge.submit(
+            "-A", "phys", "--comment=pool:estimate_uj=1000000,grade=ModelBased", "--wrap", "true"
+        )
+        closed = bridge.sbatch("-A", "closed", "--wrap", "true")
+        unestimated = bridge.sbatch("-A", "phys", "--wrap", "true")
+    finally:
+        bridge.bed.set_job_submit(shipped)
+    done = bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")
+    assert note_of(done).state == "admitted"  # the bridge's
+    shown = bridge.bed.run(["scontrol", "show", "job", str(job_id)], check=True).stdout
+    assert "JobName=site-wrap" in shown  # the site's
+    assert closed.returncode != 0 and "account closed is closed" in closed.stderr
+    assert unestimated.returncode != 0 and "carries no energy estimate" in unestimated.stderr
+
+
+def test_uninstall_releases_every_hold_the_bridge_set(bridge: Bridge) -> None:
+    big = bridge.submit(
+        "-A",
+        "robo",
+        f"--comment=pool:estimate_uj={15 * MJ},grade=ModelBased",
+        "--wrap",
+        WAIT_FOR_GO,
+    )
+    bridge.wait_job(big, lambda j: j.state == "RUNNING")
+    guess = bridge.submit("-A", "robo", f"--comment=pool:estimate_uj={10 * MJ}", "--wrap", "true")
+    bridge.wait_job(guess, lambda j: j.reason == "JobHeldAdmin")
+    # A job of Slurm's own hold, not the bridge's, stays held.
+    own = bridge.submit(
+        "-A",
+        "phys",
+        "--hold",
+        "--comment=pool:estimate_uj=1000000,grade=ModelBased",
+        "--wrap",
+        "true",
+    )
+    assert bridge.agent is not None
+    bridge.agent.terminate()
+    bridge.agent.wait(timeout=10)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "joulepool", "slurm", "uninstall", "--json"],
+            env=bridge.bed.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert json.loads(done.stdout) == {"released": [guess]}
+        ran = bridge.wait_job(guess, lambda j: j.state == "COMPLETED")
+        assert (note_of(ran).state, note_of(ran).reason) == ("unaccounted", "bridge_uninstalled")
+        assert bridge.job(own).reason == "JobHeldUser"
+    finally:
+        bridge.go(big)
+        bridge.bed.run(["scancel", str(own)])
+        bridge.start_agent()
+    bridge.wait_released(note_of(bridge.wait_job(big, lambda j: j.state == "COMPLETED")).claim)

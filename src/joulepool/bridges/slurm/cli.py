@@ -176,6 +176,22 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _uninstall(args: argparse.Namespace) -> int:
+    from joulepool.bridges.slurm.config import slurm_env
+    from joulepool.bridges.slurm.uninstall import release_holds
+
+    released = release_holds(slurm_env())
+    emit(
+        args,
+        {"released": released},
+        lambda c: c.print(
+            f"released {len(released)} job(s) the bridge held"
+            + (f": {', '.join(map(str, released))}" if released else "")
+        ),
+    )
+    return 0
+
+
 def _install(args: argparse.Namespace) -> int:
     from joulepool.bridges.slurm.config import BridgeConfigError
     from joulepool.bridges.slurm.install import install_config
@@ -210,6 +226,7 @@ def _install(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         dcgm_url=args.dcgm_url,
         ca_file=args.ca_file,
+        job_submit=not args.no_job_submit,
     )
     result = {
         "files": {k: str(v) for k, v in done.files.items()},
@@ -264,6 +281,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json(c)
     c.set_defaults(handler=_check)
 
+    u = ssub.add_parser(
+        "uninstall", help="release every job the bridge holds (after unhooking it from Slurm)"
+    )
+    add_json(u)
+    u.set_defaults(handler=_uninstall)
+
     i = ssub.add_parser("install-config", help="write job_submit.lua, the config, token and epilog")
     i.add_argument("etc", metavar="ETC", help="the folder of slurm.conf, e.g. /etc/slurm")
     i.add_argument("--url", required=True, help="pool serve's address, http(s)://host:port")
@@ -283,5 +306,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gpu", action="store_true", help="also slurmd's Prolog/Epilog charging GPU energy"
     )
     i.add_argument("--dcgm-url", help="the nodes' DCGM exporter, where NVML cannot be read")
+    i.add_argument(
+        "--no-job-submit",
+        action="store_true",
+        help="write pool_bridge.lua but not job_submit.lua: the site's own calls the module",
+    )
     add_json(i)
     i.set_defaults(handler=_install)

@@ -1,6 +1,8 @@
 """`pool slurm install-config`: lay out the bridge's files beside slurm.conf.
 
-    ETC/job_submit.lua        the shipped script, pointed at ETC/pool-bridge.toml
+    ETC/pool_bridge.lua       the bridge as a Lua module, pointed at ETC/pool-bridge.toml
+    ETC/job_submit.lua        the shipped one-liner over it (not with `job_submit=False`: a
+                              site's own job_submit.lua calls the module instead)
     ETC/pool-bridge.toml      Pool's address, the fail mode, the account mapping
     ETC/pool-bridge.token     the bearer token, mode 0600, owned by SlurmUser
     ETC/pool-epilog.sh        EpilogSlurmctld: runs joulepool.bridges.slurm.epilog
@@ -32,6 +34,7 @@ from joulepool.bridges.slurm.config import (
 from joulepool.files import write_atomically
 
 LUA = "job_submit.lua"
+MODULE = "pool_bridge.lua"
 CONFIG = "pool-bridge.toml"
 TOKEN = "pool-bridge.token"  # noqa: S105 (a file name)
 EPILOG = "pool-epilog.sh"
@@ -41,8 +44,32 @@ GPU_STATE_DIR = Path("/var/spool/pool-gpu")
 
 
 def shipped_lua() -> str:
-    """The job_submit.lua shipped with this package."""
+    """The job_submit.lua shipped with this package: one call into `shipped_module()`."""
     return (importlib.resources.files("joulepool.bridges.slurm") / LUA).read_text(encoding="utf-8")
+
+
+def shipped_module() -> str:
+    """pool_bridge.lua, the bridge's job_submit logic as a Lua module (pool/1 §4)."""
+    return (importlib.resources.files("joulepool.bridges.slurm") / MODULE).read_text(
+        encoding="utf-8"
+    )
+
+
+def chained_lua(etc: Path) -> str:
+    """The shipped job_submit.lua, finding pool_bridge.lua in `etc` (docs/slurm.md, Chaining)."""
+    if re.search(r'[";?\\\s]', str(etc)):
+        raise BridgeConfigError(
+            str(etc), "a folder for Lua's package.path: no quote, ';', '?', '\\' or space"
+        )
+    lua, n = re.subn(
+        r'^package\.path = ".*" \.\. package\.path$',
+        f'package.path = "{etc}/?.lua;" .. package.path',
+        shipped_lua(),
+        count=1,
+        flags=re.M,
+    )
+    assert n == 1, "the shipped job_submit.lua lost its package.path line"
+    return lua
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +135,7 @@ def install_config(
     gpu_state_dir: Path = GPU_STATE_DIR,
     node_python: str | None = None,
     ca_file: Path | None = None,
+    job_submit: bool = True,
 ) -> Installed:
     """Write the bridge's files into `etc` (see the module docstring).
 
@@ -134,8 +162,13 @@ def install_config(
     except KeyError:
         raise BridgeConfigError("--slurm-user", f"no user {slurm_user!r} on this host") from None
     etc = etc.resolve()
+    lua = chained_lua(etc)
     ca_file = None if ca_file is None else ca_file.resolve()
-    names = (LUA, CONFIG, TOKEN, EPILOG) + ((GPU_PROLOG, GPU_EPILOG) if gpu else ())
+    names = (
+        ((LUA,) if job_submit else ())
+        + (MODULE, CONFIG, TOKEN, EPILOG)
+        + ((GPU_PROLOG, GPU_EPILOG) if gpu else ())
+    )
     paths = {name: etc / name for name in names}
     if not force:
         present = [str(p) for p in paths.values() if p.exists()]
@@ -167,15 +200,17 @@ def install_config(
     _write(paths[CONFIG], text, 0o644)
     read_bridge_config(paths[CONFIG])
 
-    lua, n = re.subn(
+    module, n = re.subn(
         r'^local CONFIG_PATH = ".*"$',
         f'local CONFIG_PATH = "{paths[CONFIG]}"',
-        shipped_lua(),
+        shipped_module(),
         count=1,
         flags=re.M,
     )
-    assert n == 1, "the shipped job_submit.lua lost its CONFIG_PATH line"
-    _write(paths[LUA], lua, 0o644)
+    assert n == 1, "the shipped pool_bridge.lua lost its CONFIG_PATH line"
+    _write(paths[MODULE], module, 0o644)
+    if job_submit:
+        _write(paths[LUA], lua, 0o644)
 
     package_root = Path(joulepool.__file__).resolve().parent.parent
     interpreter = python or sys.executable
