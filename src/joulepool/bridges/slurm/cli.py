@@ -192,6 +192,14 @@ def _uninstall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _node_zipapp(args: argparse.Namespace) -> int:
+    from joulepool.bridges.slurm.nodeapp import build_node_zipapp
+
+    out = build_node_zipapp(args.out, args.interpreter)
+    emit(args, {"zipapp": str(out)}, lambda c: c.print(f"wrote {out}"))
+    return 0
+
+
 def _install(args: argparse.Namespace) -> int:
     from joulepool.bridges.slurm.config import BridgeConfigError
     from joulepool.bridges.slurm.install import install_config
@@ -227,6 +235,7 @@ def _install(args: argparse.Namespace) -> int:
         dcgm_url=args.dcgm_url,
         ca_file=args.ca_file,
         job_submit=not args.no_job_submit,
+        node_python=args.node_python,
     )
     result = {
         "files": {k: str(v) for k, v in done.files.items()},
@@ -287,6 +296,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json(u)
     u.set_defaults(handler=_uninstall)
 
+    z = ssub.add_parser(
+        "build-node-zipapp",
+        help="the node side (Prolog/Epilog, EpilogSlurmctld) as one file, standard library only",
+    )
+    z.add_argument("out", metavar="OUT", type=Path, help="the zipapp to write, e.g. pool-node.pyz")
+    z.add_argument(
+        "--interpreter",
+        default="/usr/bin/python3 -I",
+        help="its #! line, when run directly (/usr/bin/python3 -I)",
+    )
+    add_json(z)
+    z.set_defaults(handler=_node_zipapp)
+
     i = ssub.add_parser("install-config", help="write job_submit.lua, the config, token and epilog")
     i.add_argument("etc", metavar="ETC", help="the folder of slurm.conf, e.g. /etc/slurm")
     i.add_argument("--url", required=True, help="pool serve's address, http(s)://host:port")
@@ -306,6 +328,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gpu", action="store_true", help="also slurmd's Prolog/Epilog charging GPU energy"
     )
     i.add_argument("--dcgm-url", help="the nodes' DCGM exporter, where NVML cannot be read")
+    i.add_argument(
+        "--node-python",
+        help="the nodes' Python 3.11+ for the GPU Prolog/Epilog, e.g. /usr/bin/python3 (this one)",
+    )
     i.add_argument(
         "--no-job-submit",
         action="store_true",
