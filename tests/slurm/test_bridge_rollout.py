@@ -135,6 +135,21 @@ def test_default_estimate_needs_a_time_limit_to_scale(bridge: Bridge) -> None:
     assert "no time limit" in refused.stderr
 
 
+def test_default_figure_the_checker_would_refuse_rejects_the_job_naming_it(
+    bridge: Bridge,
+) -> None:
+    original = bridge.config.read_text()
+    # Written past `pool slurm check-config`, as a hurried edit would be.
+    bridge.config.write_text(original + '\n[account_estimate]\nphys = "4mj"\n')
+    try:
+        refused = bridge.sbatch("-A", "phys", "--wrap", "true")
+    finally:
+        bridge.config.write_text(original)
+    assert refused.returncode != 0
+    assert "the bridge's default estimate for this job is not understood" in refused.stderr
+    assert "milli or mega" in refused.stderr
+
+
 def test_exempt_account_and_partition_are_never_claimed(bridge: Bridge) -> None:
     before = ledger_length(bridge)
     with configured(bridge, tables="[exempt_accounts]\nadmin = true"):

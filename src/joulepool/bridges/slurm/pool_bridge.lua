@@ -756,7 +756,13 @@ local function default_estimate(cfg, account, parts, kind, gang, per_member, min
     fixed = cfg.partition_estimate[parts[1]]
   end
   if fixed ~= nil then
-    return energy_uj(tostring(fixed))
+    local uj, err = energy_uj(tostring(fixed))
+    if uj == nil then
+      -- A file `pool slurm check-config` would have refused: say whose figure it is.
+      return nil, "the bridge's default estimate for this job is not understood ("
+        .. err:gsub("^%-%-comment: ", "") .. "); ask your administrator"
+    end
+    return uj
   end
   local watts = cfg.default_estimate[kind == "gpu" and "gpu_power_w" or "cpu_power_w"]
   if watts == nil then
