@@ -95,6 +95,22 @@ def test_shadow_mode_records_the_verdict_that_would_have_held_and_holds_nothing(
         bridge.wait_released(note_of(ended).claim)
     out = bridge.bed.run(["scontrol", "show", "job", str(unestimated)], check=True).stdout
     assert "AdminComment=pool:shadow=rejected;reason=no_estimate" in out
+    # The operator's comparison (docs/slurm.md, "Rolling out") finds both in sacct.
+    query = ["sacct", "-a", "-S", "now-1days", "-X", "-n", "-P"]
+    query += ["-o", "JobID,Account,State,Start,End,AdminComment"]
+    wanted = {
+        guess: "|pool:claim=" + note.claim + ";",
+        unestimated: "|pool:shadow=rejected;reason=no_estimate",
+    }
+    deadline = time.monotonic() + 60
+    while True:
+        lines = bridge.bed.run(query, check=True).stdout.splitlines()
+        rows = {int(r.split("|")[0]): r for r in lines if r.split("|")[0].isdigit()}
+        if all(text in rows.get(job_id, "") for job_id, text in wanted.items()):
+            break
+        assert time.monotonic() < deadline, lines
+        time.sleep(1)
+    assert ";state=shadow_queued;reason=guarantee_exhausted_may_not_borrow" in rows[guess]
     # The agent never held or touched the shadow-queued job.
     assert f"job {guess}" not in (bridge.root / "agent.log").read_text()
 
