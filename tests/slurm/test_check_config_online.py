@@ -106,3 +106,12 @@ def test_exporter_that_does_not_answer_is_caught_per_node(bridge: Bridge) -> Non
     exporters = [k for k in found if k.startswith("exporter:")]
     assert exporters == [f"exporter:{n}" for n in bridge.bed.node_names]
     assert not any(found[k]["ok"] for k in exporters)
+
+
+def test_exporters_of_the_installed_gpu_prolog_are_checked_on_each_node(bridge: Bridge) -> None:
+    # install-config --gpu --dcgm-url http://127.0.0.1:PORT/metrics: each node's own.
+    rc, found = check(bridge.config, bridge.bed.env)
+    assert rc == 0, found
+    node = bridge.bed.node_names[0]
+    assert found[f"exporter:{node}"]["ok"], found
+    assert found[f"exporter:{node}"]["detail"].startswith(f"http://{node}:")

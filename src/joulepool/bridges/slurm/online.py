@@ -10,8 +10,10 @@ at, each answer a finding named so an operator can grep for it:
 - `slurm:<Key>`: Slurm's energy accounting (`scontrol show config`): without
   AcctGatherEnergyType, JobAcctGatherType and slurmdbd accounting the epilog has no figure
   and every job is charged its reservation at Estimator (§2.3);
-- `exporter:<node>`: with `dcgm_url`, each node's DCGM exporter answers with GPU energy
-  counters (`{node}` in the URL is the node's name).
+- `exporter:<node>`: each node's DCGM exporter answers with GPU energy counters: the
+  `dcgm_url` given (`{node}` in it is the node's name), else, with `gpu_energy = true`,
+  the one the installed GPU Prolog beside the file reads, its loopback host taken as
+  each node's own name.
 
 Standard library only, like the rest of the controller's side of the bridge.
 """
@@ -19,12 +21,15 @@ Standard library only, like the rest of the controller's side of the bridge.
 from __future__ import annotations
 
 import difflib
+import re
+import shlex
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from joulepool.bridges.slurm.config import BridgeConfig, PoolUnreachable, read_token
+from joulepool.bridges.slurm.install import GPU_PROLOG
 from joulepool.bridges.slurm.jobs import PoolClient, SlurmCommandFailed, run_slurm
 
 ENERGY_COUNTER = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
@@ -53,7 +58,36 @@ def check_online(
     config: BridgeConfig, env: Mapping[str, str], dcgm_url: str | None = None
 ) -> list[Finding]:
     """Every finding of the online check (see the module docstring; API.md, §2.1, §2.3)."""
-    return [*check_pool(config), *check_slurm(env), *check_exporters(env, dcgm_url)]
+    url = dcgm_url if dcgm_url is not None else configured_dcgm_url(config)
+    return [*check_pool(config), *check_slurm(env), *check_exporters(env, url)]
+
+
+_LOOPBACK = re.compile(r"\A(https?://)(?:127\.0\.0\.1|localhost)([:/].*)\Z")
+
+
+def configured_dcgm_url(config: BridgeConfig) -> str | None:
+    """The DCGM exporter the installed GPU Prolog reads (`pool slurm install-config --gpu
+    --dcgm-url`), with a loopback host made `{node}`: each node reads its own exporter.
+    None without GPU energy, without that script, or where it names no exporter (NVML)."""
+    script = config.path.parent / GPU_PROLOG
+    if not config.gpu_energy or not script.is_file():
+        return None
+    try:
+        lines = script.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        if not line.startswith("exec "):
+            continue
+        try:
+            argv = shlex.split(line)
+        except ValueError:
+            return None
+        if "--dcgm-url" in argv[:-1]:
+            url = argv[argv.index("--dcgm-url") + 1]
+            m = _LOOPBACK.match(url)
+            return f"{m.group(1)}{{node}}{m.group(2)}" if m else url
+    return None
 
 
 def check_pool(config: BridgeConfig) -> list[Finding]:
