@@ -236,7 +236,7 @@ def test_sbatch_time_added_by_the_bridge(
     bridge: Bridge, record_property: Callable[[str, object], None]
 ) -> None:
     """The figure for the note: sbatch with the bridge against sbatch with a no-op script."""
-    from joulepool.bridges.slurm.install import shipped_lua
+    from joulepool.bridges.slurm.install import shipped_module
     from tests.support.slurm.testbed import NOOP_JOB_SUBMIT
 
     bridged_lua = bridge.bed.job_submit.read_text()
@@ -259,7 +259,7 @@ def test_sbatch_time_added_by_the_bridge(
             assert (bridge.job(job_id).note is not None) == bridged
         return out
 
-    assert "CONFIG_PATH" in shipped_lua()
+    assert "CONFIG_PATH" in shipped_module()
     bridge.bed.set_job_submit(NOOP_JOB_SUBMIT)
     bridge.submit(*args, user="root")  # the first submission after a change reloads the script
     try:

@@ -157,6 +157,9 @@ class SlurmJob:
     """For a task of a job array, the array's job id."""
     started: bool = True
     """Whether it was given nodes (a job cancelled while pending never was)."""
+    exempt: str | None = None
+    """Why job_submit.lua exempted it from Pool (`account:NAME`, `partition:NAME`,
+    `cpu_only`), None for a job it did not exempt."""
 
     @property
     def exclusive(self) -> bool:
@@ -213,6 +216,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 _epoch_s(first("end")),
                 int(first("array")) if first("array") else None,
                 first("nodes") not in ("", "(null)"),
+                _exempt(admin[0]) if admin else None,
             )
         )
     # The tasks of one array share its note (Slurm copies it as each task starts).
@@ -224,6 +228,14 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
     owners = Counter(claim for claim, _ in claims)
     jobs = [j for j in jobs if j.note is None or owners[j.note.claim] == 1]
     return sorted(jobs, key=lambda j: j.job_id)
+
+
+_EXEMPT = re.compile(r"\Apool:exempt=([A-Za-z0-9_.:@+/-]{1,200})\Z")
+
+
+def _exempt(admin: str) -> str | None:
+    m = _EXEMPT.match(admin)
+    return m.group(1) if m else None
 
 
 def _epoch_s(text: str) -> float | None:
