@@ -140,6 +140,15 @@ def test_operator_and_metrics_tokens_read_every_series(served: Served, who: str)
     assert found["pool_ledger_length"][""] >= len(TEAMS)
 
 
+LIVE = {
+    "pool_running_energy_joules",
+    "pool_running_read_claims",
+    "pool_running_unread_claims",
+    "pool_running_idle_claims",
+}
+"""Run-time gauges (DESIGN.md §7): per entitlement, present while its claims run."""
+
+
 @pytest.mark.parametrize(
     ("tenant", "subtree"),
     [("vision", {"vision"}), ("robotics", {"robotics"}), ("research", {"research", *TEAMS})],
@@ -155,7 +164,10 @@ def test_a_tenant_token_reads_only_its_subtree_on_metrics(
     # ledger length, appends or fsyncs.
     limited = {"pool_limit_joules"} if subtree & LIMITED else set()
     interior = SUBTREE if "research" in subtree else set()
-    assert set(found) == USAGE | limited | interior | PERIOD | VERDICTS, sorted(found)
+    running = set(found) & LIVE
+    assert set(found) - running == USAGE | limited | interior | PERIOD | VERDICTS, sorted(found)
+    for family in running:
+        assert set(found[family]) <= subtree, (family, found[family])
     for family in USAGE:
         assert set(found[family]) == subtree, (family, found[family])
     for family in interior:

@@ -219,6 +219,10 @@ def _install(args: argparse.Namespace) -> int:
             raise BridgeConfigError(
                 f"--token-from {args.token_from}", exc.strerror or "unreadable"
             ) from None
+        except UnicodeDecodeError:
+            raise BridgeConfigError(
+                f"--token-from {args.token_from}", "not a token: not UTF-8 text"
+            ) from None
     done = install_config(
         Path(args.etc),
         url=args.url,

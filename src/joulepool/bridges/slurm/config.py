@@ -193,6 +193,8 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         ) from None
     except OSError as exc:
         raise BridgeConfigError(where, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BridgeConfigError(where, "not a bridge configuration: not UTF-8 text") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -398,6 +400,8 @@ def read_token(path: Path) -> str:
         raise BridgeConfigError(str(path), "no such token file") from None
     except OSError as exc:
         raise BridgeConfigError(str(path), f"cannot read the token file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BridgeConfigError(str(path), "not a token file: not UTF-8 text") from None
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise BridgeConfigError(
             str(path),
