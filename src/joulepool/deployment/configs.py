@@ -1,0 +1,236 @@
+"""A deployment's configurations over time: the signed statements under `DIR/configs/`
+(docs/reliability.md §18; DESIGN.md §3, §4).
+
+    DIR/configs/NNNNNNNN.cose   configuration statement NNNNNNNN, in order, each written
+                                whole before the configuration it names decides anything
+
+A statement is written when a configuration is first put in force: `pool init`, a writer's
+start with no statement yet or with a `pool.toml` whose digest differs from the last one's,
+and every SIGHUP reload that changes the digest. Replicas of one PostgreSQL ledger keep
+their own folder: the digest agreement (§8) makes every replica's texts the same, and each
+records the length and instant it took a configuration in.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from joulepool.errors import PoolError
+from joulepool.files import fsync_dir, write_atomically
+from joulepool.ledger.configs import (
+    MAX_CONFIG_STATEMENT_BYTES,
+    AppliedConfig,
+    ConfigHistory,
+    ConfigStatementRefused,
+    config_text,
+    seal_config,
+)
+
+if TYPE_CHECKING:
+    from joulepool.deployment.config import Config
+    from joulepool.ledger.keys import KeyPair
+    from joulepool.ledger.rotation import KeySchedule
+    from joulepool.pool import Pool
+
+CONFIGS = "configs"
+_NAME = re.compile(r"^[0-9]{8}\.cose$")
+
+
+def read_config_statements(folder: Path) -> list[bytes]:
+    """The configuration statements kept in `folder` (a `configs/` folder), in order; none
+    if it does not exist. A stray name, a gap in the numbering or an oversized file refuses
+    the whole set (`ConfigStatementRefused` at its position, docs/reliability.md §18)."""
+    if not folder.is_dir():
+        return []
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    out: list[bytes] = []
+    for position, name in enumerate(names):
+        if not _NAME.match(name) or int(name[:8]) != position:
+            raise ConfigStatementRefused(
+                position, f"{folder / name}: expected {position:08d}.cose, statements in order"
+            )
+        path = folder / name
+        try:
+            if path.stat().st_size > MAX_CONFIG_STATEMENT_BYTES:
+                raise ConfigStatementRefused(position, f"{path}: larger than any statement")
+            out.append(path.read_bytes())
+        except OSError as exc:
+            raise ConfigStatementRefused(position, f"{path}: cannot read: {exc.strerror}") from None
+    return out
+
+
+def config_history(folder: Path, keys: KeySchedule) -> ConfigHistory:
+    """The deployment's verified configurations (`DIR/configs/`), or
+    `ConfigStatementRefused` at the first that fails (docs/reliability.md §18)."""
+    return ConfigHistory.verified(keys, read_config_statements(folder / CONFIGS))
+
+
+def applier(how: str) -> str:
+    """Who puts a configuration in force: `how` (`pool init`, `start`, `SIGHUP`), with this
+    process's id and user, the only parties a signal or a start can be traced to."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"{how} (pid {os.getpid()}, user {user})"
+
+
+def record_config(
+    folder: Path,
+    history: ConfigHistory,
+    key: KeyPair,
+    config: Config,
+    length: int,
+    at_ms: int,
+    how: str,
+) -> AppliedConfig | None:
+    """Keep a statement that `config` is in force from ledger length `length` and `at_ms`,
+    signed by `key` (the key that seals entry `length`), unless it is the configuration the
+    last statement put in force (docs/reliability.md §18). The statement is verified as a
+    verifier would before it is written, and written whole; returns it, or None when
+    nothing changed."""
+    from joulepool.deployment.config import config_digest, config_document
+
+    last = history.last
+    if last is not None and last.digest == config_digest(config):
+        return None
+    if last is not None:
+        # A clock stepped back never dates a statement before the one it follows.
+        at_ms = max(at_ms, last.at_ms)
+        length = max(length, last.from_length)
+    position = len(history.statements)
+    raw = seal_config(
+        key, position, length, at_ms, config_text(config_document(config)), applier(how)
+    )
+    trial = ConfigHistory.verified(history.keys, history.statements)
+    trial.add(raw)
+    target = folder / CONFIGS
+    if not target.is_dir():
+        target.mkdir(mode=0o755)
+        fsync_dir(folder)
+    path = target / f"{position:08d}.cose"
+    if path.exists():
+        raise PoolError(f"{path} exists; a configuration statement is never overwritten")
+    write_atomically(path, raw, 0o644)
+    return history.add(raw)
+
+
+def record_in_pool(folder: Path, pool: Pool, config: Config, how: str) -> AppliedConfig | None:
+    """`record_config` for a running writer: at its length and clock, with its key in force,
+    into `pool.configs` (docs/reliability.md §18)."""
+    history = pool.configs
+    if history is None or pool.read_only:
+        return None
+    return record_config(folder, history, pool.key, config, pool.length, pool.now_ms(), how)
+
+
+RELOAD_LOG = "pool.reload.log"
+"""Every reload `pool serve` made, one JSON object a line, appended (docs/reliability.md §18)."""
+
+_TREE_KEY = "entitlements"
+
+
+def config_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
+    """What changed from configuration document `old` to `new` (`config_document`'s shape;
+    docs/reliability.md §18): entitlements added and removed, each changed field of an
+    entitlement kept as [old, new], the period as [old, new], and every other key (the
+    policies) as [old, new]. Empty when nothing changed; `old` None: nothing was recorded
+    before, and `new` is all there is."""
+    if old is None:
+        return {"recorded": True, "entitlements_added": [e["id"] for e in new[_TREE_KEY]]}
+    before = {e["id"]: e for e in old.get(_TREE_KEY, [])}
+    after = {e["id"]: e for e in new.get(_TREE_KEY, [])}
+    out: dict[str, Any] = {}
+    added = [i for i in after if i not in before]
+    removed = [i for i in before if i not in after]
+    if added:
+        out["entitlements_added"] = added
+    if removed:
+        out["entitlements_removed"] = removed
+    changed: dict[str, dict[str, list[Any]]] = {}
+    for node, fields in after.items():
+        if node not in before:
+            continue
+        was = before[node]
+        moved = {
+            k: [was.get(k), fields.get(k)]
+            for k in sorted(set(was) | set(fields))
+            if was.get(k) != fields.get(k)
+        }
+        if moved:
+            changed[node] = moved
+    if changed:
+        out["entitlements_changed"] = changed
+    if old.get("period") != new.get("period"):
+        out["period"] = [old.get("period"), new.get("period")]
+    policies = {
+        k: [old.get(k), new.get(k)]
+        for k in sorted((set(old) | set(new)) - {_TREE_KEY, "period"})
+        if old.get(k) != new.get(k)
+    }
+    if policies:
+        out["policies"] = policies
+    return out
+
+
+def tokens_diff(old: list[tuple[str, str]], new: list[tuple[str, str]]) -> dict[str, Any]:
+    """What changed in `tokens.toml` by token name and scope, never a hash (API.md, Tokens;
+    docs/reliability.md §18): names added, removed, and scopes changed as [old, new]."""
+    before, after = dict(old), dict(new)
+    out: dict[str, Any] = {}
+    added = [n for n in after if n not in before]
+    removed = [n for n in before if n not in after]
+    scoped = {n: [before[n], s] for n, s in after.items() if n in before and before[n] != s}
+    if added:
+        out["added"] = added
+    if removed:
+        out["removed"] = removed
+    if scoped:
+        out["scope_changed"] = scoped
+    return out
+
+
+def log_reload(folder: Path, record: Mapping[str, Any]) -> None:
+    """Append one reload's record to `DIR/pool.reload.log` as one line, written in one call
+    and synced, so a reader never meets half a line (docs/reliability.md §18)."""
+    line = (json.dumps(record, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+    fd = os.open(folder / RELOAD_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+MAX_LOG_LINE = 1 << 20
+
+
+def read_reload_log(folder: Path) -> list[dict[str, Any]]:
+    """The reload log's records, oldest first; a line that is not a JSON object (a torn
+    last line, an edit) is returned as `{"unreadable": N}` naming its line, never guessed."""
+    path = folder / RELOAD_LOG
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise PoolError(f"{path}: cannot read: {exc.strerror}") from None
+    out: list[dict[str, Any]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        try:
+            if len(raw) > MAX_LOG_LINE:
+                raise ValueError("too long")
+            doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            out.append({"unreadable": number})
+            continue
+        out.append(doc)
+    return out

@@ -1,0 +1,182 @@
+"""History judged by the tree in force then (docs/reliability.md §18).
+
+- Every configuration put in force (`pool init`, a start with a changed `pool.toml`, a SIGHUP
+  that changes the digest) is kept as a signed statement under `DIR/configs/`.
+- `pool usage --period P`, `--history` and the HTTP answers judge a past period by the
+  configuration in force at its end and name it; an interior node's history is its
+  subtree's sums.
+- A tampered statement fails `pool ledger verify`.
+- Every reload is a line of `DIR/pool.reload.log` with what it changed, tokens by name only.
+
+Real `pool serve` and `pool` processes; budget periods of a few seconds on the real clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from joulepool.deployment.config import CONFIG, read_config, write_config
+from joulepool.deployment.configs import CONFIGS, RELOAD_LOG
+from joulepool.periods import Schedule
+from joulepool.tree import Tree
+from tests.support.servers import (
+    Deployment,
+    admit_and_release,
+    pool_cli,
+    sighup,
+    start_serve,
+)
+
+PERIOD_MS = 6_000
+
+
+def rewrite(folder: Path, period: Schedule, guarantees: dict[str, int]) -> None:
+    """pool.toml with `period` and the given guarantees changed, the rest as it was."""
+    config = read_config(folder / CONFIG)
+    tree = Tree(
+        replace(e, guarantee_uj=guarantees[e.id]) if e.id in guarantees else e for e in config.tree
+    )
+    (folder / CONFIG).unlink()
+    write_config(folder / CONFIG, config.steward, tree, config.idle, period)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def wait_for_period_start(margin_ms: int = 300) -> int:
+    """Sleep into the next period's first moments; its index."""
+    now = now_ms()
+    index = now // PERIOD_MS + 1
+    time.sleep((index * PERIOD_MS + margin_ms - now) / 1000)
+    return index
+
+
+def usage_json(*args: str) -> dict[str, object]:
+    done = pool_cli("usage", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert isinstance(out, dict)
+    return out
+
+
+def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface(
+    tmp_path: Path,
+) -> None:
+    deployment = Deployment.create(tmp_path / "d")
+    folder = deployment.folder
+    period = Schedule("fixed", PERIOD_MS, 0)
+    old_vision = read_config(folder / CONFIG).tree["vision"].guarantee_uj
+    new_vision = old_vision * 2
+    rewrite(folder, period, {})
+    serve = start_serve(folder)
+    try:
+        # Started with a pool.toml whose digest differs from `pool init`'s: a second statement.
+        assert sorted(p.name for p in (folder / CONFIGS).iterdir()) == [
+            "00000000.cose",
+            "00000001.cose",
+        ]
+        first = wait_for_period_start()
+        admit_and_release(serve, deployment.operator, 0, 2, 1_000_000)
+        assert now_ms() < (first + 1) * PERIOD_MS, "the claims missed their period: rerun"
+        wait_for_period_start()
+        rewrite(folder, period, {"vision": new_vision})
+        said = sighup(serve)
+        assert "configuration reloaded" in said, said
+        assert "recorded as statement 2" in said, said
+
+        # The CLI: the past period against the old guarantee, naming the configuration.
+        past = usage_json(str(folder), "--period", str(first))
+        rows = {r["id"]: r for r in past["entitlements"]}  # type: ignore[attr-defined]
+        assert rows["vision"]["guarantee_uj"] == old_vision
+        assert rows["vision"]["usage"]["spent_uj"] == 1_000_000
+        named = past["configuration"]
+        assert isinstance(named, dict)
+        assert named["position"] == 1 and "pool serve start" in named["applied_by"]
+        assert rows["vision"]["configuration"] == named
+        # The period running: the new guarantee, named by the SIGHUP's statement.
+        now = usage_json(str(folder))
+        rows_now = {r["id"]: r for r in now["entitlements"]}  # type: ignore[attr-defined]
+        assert rows_now["vision"]["guarantee_uj"] == new_vision
+        assert now["configuration"]["position"] == 2  # type: ignore[index]
+        assert "SIGHUP" in now["configuration"]["applied_by"]  # type: ignore[index]
+
+        # The HTTP answers give the same figures and name the same configuration.
+        with serve.client(deployment.operator) as http:
+            one = http.get("/v1/entitlements/vision", params={"period": str(first)}).json()
+            periods = http.get("/v1/entitlements/vision/periods").json()["periods"]
+            research = http.get("/v1/entitlements/research/periods").json()["periods"]
+        assert one == rows["vision"]
+        cli_history = usage_json(str(folder), "--history", "vision")
+        assert cli_history["periods"] == periods
+        (row,) = [p for p in periods if p["label"] == str(first)]
+        assert row["guarantee_uj"] == old_vision and row["committed_uj"] == 1_000_000
+        assert row["configuration"] == named
+
+        # An interior node's history: its subtree's sums, the same on both surfaces.
+        assert usage_json(str(folder), "--history", "research")["periods"] == research
+        (dept,) = [p for p in research if p["label"] == str(first)]
+        assert dept["subtree"] is True and dept["charged_uj"] == 1_000_000
+        tree_then = read_config(folder / CONFIG).tree
+        assert (
+            dept["guarantee_uj"]
+            == sum(e.guarantee_uj for e in tree_then if e.id != "vision") + old_vision
+        )
+
+        # The reload log: the SIGHUP's diff, old → new.
+        lines = [json.loads(x) for x in (folder / RELOAD_LOG).read_text().splitlines()]
+        (hup,) = [x for x in lines if x["trigger"] == "SIGHUP"]
+        assert hup["ok"] is True
+        assert hup["config"] == {
+            "entitlements_changed": {"vision": {"guarantee_uj": [old_vision, new_vision]}}
+        }
+        assert hup["configuration"]["position"] == 2
+        # A token added: logged by its name, never its hash.
+        deployment.add_token("ci-bot", "tenant:robotics")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            lines = [json.loads(x) for x in (folder / RELOAD_LOG).read_text().splitlines()]
+            watched = [x for x in lines if x["trigger"] == "tokens.toml changed"]
+            if watched:
+                break
+            time.sleep(0.1)
+        assert watched[-1]["tokens"] == {"added": ["ci-bot"]}
+        assert watched[-1]["config"] == {}
+        text = (folder / RELOAD_LOG).read_text()
+        hashes = (folder / "tokens.toml").read_text()
+        assert all(h not in text for h in hashes.split('"') if len(h) == 64)
+
+        shown = pool_cli("config", "history", str(folder))
+        assert shown.returncode == 0, shown.stderr
+        assert f"vision.guarantee_uj {old_vision}→{new_vision}" in shown.stdout
+        assert "tokens: added ci-bot" in shown.stdout
+    finally:
+        serve.kill()
+
+    verified = pool_cli("ledger", "verify", str(folder), "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads(verified.stdout)["configurations"] == 3
+
+
+def test_a_tampered_configuration_statement_fails_verification(tmp_path: Path) -> None:
+    deployment = Deployment.create(tmp_path / "d")
+    folder = deployment.folder
+    statement = folder / CONFIGS / "00000000.cose"
+    raw = statement.read_bytes()
+    # The same length, another guarantee: the text and its digest no longer agree with the
+    # signature.
+    forged = raw.replace(b'"guarantee_uj":50', b'"guarantee_uj":90', 1)
+    assert forged != raw
+    statement.write_bytes(forged)
+    done = pool_cli("ledger", "verify", str(folder), "--json")
+    assert done.returncode == 1, done.stdout
+    out = json.loads(done.stdout)
+    assert out["error"] == "bad_config_statement" and out["index"] == 0
+    assert "signature" in out["detail"]
+    # A reader refuses the forged history too, naming it, never a traceback.
+    used = pool_cli("usage", str(folder))
+    assert used.returncode != 0
+    assert "bad_config_statement" in used.stderr and "Traceback" not in used.stderr
