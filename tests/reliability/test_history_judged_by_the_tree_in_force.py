@@ -180,3 +180,31 @@ def test_a_tampered_configuration_statement_fails_verification(tmp_path: Path) -
     used = pool_cli("usage", str(folder))
     assert used.returncode != 0
     assert "bad_config_statement" in used.stderr and "Traceback" not in used.stderr
+
+
+def test_configuration_statements_verify_across_key_rotations(tmp_path: Path) -> None:
+    deployment = Deployment.create(tmp_path / "d")
+    folder = deployment.folder
+    # A rotation before any entry retires the key that signed `pool init`'s statement.
+    rotated = pool_cli("keys", "rotate", str(folder), "--json")
+    assert rotated.returncode == 0, rotated.stderr
+    assert json.loads(rotated.stdout)["from_seq"] == 0
+    admitted = pool_cli(
+        "admit", str(folder), "--id", "a", "--entitlement", "vision", "--estimate-uj", "5"
+    )
+    assert admitted.returncode == 0, admitted.stderr
+    # A changed pool.toml taken in by the next writer, under the new key, from entry 1.
+    rewrite(folder, Schedule("day"), {})
+    again = pool_cli(
+        "admit", str(folder), "--id", "b", "--entitlement", "vision", "--estimate-uj", "5"
+    )
+    assert again.returncode == 0, again.stderr
+    verified = pool_cli("ledger", "verify", str(folder), "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    out = json.loads(verified.stdout)
+    assert (out["rotations"], out["configurations"]) == (1, 2)
+    shown = pool_cli("config", "history", str(folder), "--json")
+    assert shown.returncode == 0, shown.stderr
+    statements = json.loads(shown.stdout)["configurations"]
+    assert [s["from_length"] for s in statements] == [0, 1]
+    assert statements[1]["changes"] == {"period": [{"kind": "month"}, {"kind": "day"}]}

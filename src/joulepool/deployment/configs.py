@@ -168,7 +168,7 @@ def config_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[s
     if changed:
         out["entitlements_changed"] = changed
     if old.get("period") != new.get("period"):
-        out["period"] = [old.get("period"), new.get("period")]
+        out["period"] = [_set_only(old.get("period")), _set_only(new.get("period"))]
     policies = {
         k: [old.get(k), new.get(k)]
         for k in sorted((set(old) | set(new)) - {_TREE_KEY, "period"})
@@ -177,6 +177,13 @@ def config_diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[s
     if policies:
         out["policies"] = policies
     return out
+
+
+def _set_only(value: object) -> object:
+    """A period as pool.toml spells it: the digest's document keeps unset fields as null."""
+    if isinstance(value, Mapping):
+        return {k: v for k, v in value.items() if v is not None}
+    return value
 
 
 def tokens_diff(old: list[tuple[str, str]], new: list[tuple[str, str]]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from_length, at_ms, digest, config, applied_by}`: from ledger length `from_lengt
 since the signed core carries no arrays: the tree is read back from it.
 
 A verifier takes the statements in order: each at its position, signed by a key that may
-seal at its `from_length` (`snapshot.sealing_keys`: the key in force for the entry before
-it or the one from it, across a rotation at exactly that length), `from_length` and `at_ms`
+seal at its `from_length` (`statement_keys`: the key in force there, or the one handing
+over exactly there), `from_length` and `at_ms`
 never going back, the digest that of the text, and the text a configuration. The first that
 fails refuses the whole set (`bad_config_statement`): a history judged by a forged tree is
 worse than none.
@@ -32,7 +32,6 @@ from joulepool.ledger.cose import open_envelope, seal, verify_signature
 from joulepool.ledger.entry import brief
 from joulepool.ledger.keys import KeyPair
 from joulepool.ledger.rotation import MAX_SEQ, KeySchedule
-from joulepool.ledger.snapshot import sealing_keys
 from joulepool.periods import Schedule
 from joulepool.tree import Entitlement, Tree
 
@@ -118,6 +117,22 @@ def seal_config(
     return seal(core, key.kid, key.signing_key)
 
 
+def statement_keys(keys: KeySchedule, from_length: int) -> list[bytes]:
+    """The steward keys that may sign a statement taking effect at `from_length` (DESIGN.md
+    §4): the key in force there, and a key whose span ends exactly there (the outgoing key
+    of a rotation at that length, which signed the statement before handing over), as
+    snapshots allow (`snapshot.sealing_keys`). A rotation before any entry retires a key
+    whose span is empty, `[0, 0)`: a statement it signed at length 0 stays its own."""
+    spans = keys.keys_over_time()
+    out = []
+    for i, (start, key) in enumerate(spans):
+        end = spans[i + 1][0] if i + 1 < len(spans) else None
+        # In force at from_length, or handing over exactly there (the outgoing key).
+        if start <= from_length and (end is None or from_length <= end):
+            out.append(key)
+    return out
+
+
 def _figure(core: dict[Any, Any], name: str, index: int) -> int:
     value = core[name]
     if type(value) is not int or not 0 <= value <= MAX_SEQ:
@@ -170,7 +185,7 @@ def open_config(
             index, f"its core has the keys {sorted(map(str, core))}, not {sorted(_FIELDS)}"
         )
     from_length = _figure(core, "from_length", index)
-    if not any(verify_signature(env, k) for k in sealing_keys(keys, from_length)):
+    if not any(verify_signature(env, k) for k in statement_keys(keys, from_length)):
         raise ConfigStatementRefused(
             index, f"its signature does not verify under the steward's key at {from_length}"
         )
