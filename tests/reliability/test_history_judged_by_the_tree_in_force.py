@@ -109,7 +109,17 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
             one = http.get("/v1/entitlements/vision", params={"period": str(first)}).json()
             periods = http.get("/v1/entitlements/vision/periods").json()["periods"]
             research = http.get("/v1/entitlements/research/periods").json()["periods"]
+            deadline = time.monotonic() + 30
+            # 503 while its timeline is still read after a start (docs/reliability.md §16).
+            while (
+                board := http.get("/v1/dashboard", params={"period": str(first)})
+            ).status_code == 503:
+                assert time.monotonic() < deadline, board.text
+                time.sleep(0.2)
         assert one == rows["vision"]
+        assert board.status_code == 200, board.text
+        shown_rows = {r["id"]: r for r in board.json()["entitlements"]}
+        assert shown_rows["vision"] == rows["vision"]
         cli_history = usage_json(str(folder), "--history", "vision")
         assert cli_history["periods"] == periods
         (row,) = [p for p in periods if p["label"] == str(first)]
@@ -134,6 +144,16 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
             "entitlements_changed": {"vision": {"guarantee_uj": [old_vision, new_vision]}}
         }
         assert hup["configuration"]["position"] == 2
+        # A refused reload is logged too, with nothing changed.
+        good = (folder / CONFIG).read_text()
+        (folder / CONFIG).write_text(good + "\n[bogus]\n")
+        assert "reload refused" in sighup(serve)
+        (folder / CONFIG).write_text(good)
+        lines = [json.loads(x) for x in (folder / RELOAD_LOG).read_text().splitlines()]
+        refused = lines[-1]
+        assert refused["ok"] is False and refused["config"] == {}
+        assert "bogus" in refused["message"]
+        assert refused["configuration"]["position"] == 2
         # A token added: logged by its name, never its hash.
         deployment.add_token("ci-bot", "tenant:robotics")
         deadline = time.monotonic() + 30
@@ -180,6 +200,18 @@ def test_a_tampered_configuration_statement_fails_verification(tmp_path: Path) -
     used = pool_cli("usage", str(folder))
     assert used.returncode != 0
     assert "bad_config_statement" in used.stderr and "Traceback" not in used.stderr
+    # Bytes that are no statement, and a name out of order: each refused at its position.
+    statement.write_bytes(raw)
+    (folder / CONFIGS / "00000001.cose").write_bytes(b"\xa1\x00" * 40)
+    done = pool_cli("ledger", "verify", str(folder), "--json")
+    out = json.loads(done.stdout)
+    assert (done.returncode, out["error"], out["index"]) == (1, "bad_config_statement", 1)
+    assert "not a configuration statement" in out["detail"]
+    (folder / CONFIGS / "00000001.cose").rename(folder / CONFIGS / "00000007.cose")
+    done = pool_cli("ledger", "verify", str(folder), "--json")
+    out = json.loads(done.stdout)
+    assert (out["error"], out["index"]) == ("bad_config_statement", 1)
+    assert "expected 00000001.cose" in out["detail"]
 
 
 def test_configuration_statements_verify_across_key_rotations(tmp_path: Path) -> None:

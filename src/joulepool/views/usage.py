@@ -87,13 +87,22 @@ def subtree_usage(rows: dict[str, dict[str, Any]], ids: list[str]) -> dict[str, 
 
 
 def entitlement_reports(
-    pool: Pool, ids: list[str] | None = None, index: int | None = None
+    pool: Pool,
+    ids: list[str] | None = None,
+    index: int | None = None,
+    *,
+    present_only: bool = False,
 ) -> list[dict[str, Any]]:
     """API.md's Entitlement with its `usage` (Pool.report) for `ids` (all by default), and
-    for each interior node a `subtree` usage object: the one usage answer of the CLI and HTTP."""
+    for each interior node a `subtree` usage object: the one usage answer of the CLI and HTTP.
+    Period `index` is judged by the tree in force at its end (docs/reliability.md §18); an id
+    that tree did not have is refused, or with `present_only` left out (a view of the whole
+    tree, as the dashboard's, shows the tree of the period it shows)."""
     period = pool.period(index)
     tree, configuration = judged_by(pool, period)
     wanted = [e.id for e in tree] if ids is None else ids
+    if present_only:
+        wanted = [node for node in wanted if node in tree]
     for node in wanted:
         if node not in tree:
             raise InvalidInput(
