@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from joulepool.errors import PoolError
+from joulepool.errors import DiskFull, PoolError, StoreError, no_space
 from joulepool.files import fsync_dir, write_atomically
 from joulepool.ledger.configs import (
     MAX_CONFIG_STATEMENT_BYTES,
@@ -111,13 +111,19 @@ def record_config(
     trial = ConfigHistory.verified(history.keys, history.statements)
     trial.add(raw)
     target = folder / CONFIGS
-    if not target.is_dir():
-        target.mkdir(mode=0o755)
-        fsync_dir(folder)
     path = target / f"{position:08d}.cose"
-    if path.exists():
-        raise PoolError(f"{path} exists; a configuration statement is never overwritten")
-    write_atomically(path, raw, 0o644)
+    try:
+        if not target.is_dir():
+            target.mkdir(mode=0o755)
+            fsync_dir(folder)
+        if path.exists():
+            raise PoolError(f"{path} exists; a configuration statement is never overwritten")
+        write_atomically(path, raw, 0o644)
+    except OSError as exc:
+        # Typed, so a start refuses in one line and a reload says its configuration is
+        # not on record; the next start or SIGHUP records it, since the digests differ.
+        words = f"{path}: the configuration statement cannot be written ({exc.strerror})"
+        raise (DiskFull(words) if no_space(exc) else StoreError(words)) from None
     return history.add(raw)
 
 
