@@ -147,12 +147,16 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
         # A refused reload is logged too, with nothing changed.
         good = (folder / CONFIG).read_text()
         (folder / CONFIG).write_text(good + "\n[bogus]\n")
-        assert "reload refused" in sighup(serve)
+        asked = pool_cli("reload", str(folder))
+        assert asked.returncode == 1, asked.stdout + asked.stderr
         (folder / CONFIG).write_text(good)
         lines = [json.loads(x) for x in (folder / RELOAD_LOG).read_text().splitlines()]
         refused = lines[-1]
         assert refused["ok"] is False and refused["config"] == {}
         assert "bogus" in refused["message"]
+        # `pool reload` said who it is; a bare signal's sender is unknown.
+        assert refused["who"].startswith("SIGHUP from pool reload (pid ")
+        assert "sender unknown" in hup["who"]
         assert refused["configuration"]["position"] == 2
         # A token added: logged by its name, never its hash.
         deployment.add_token("ci-bot", "tenant:robotics")

@@ -17,6 +17,7 @@ import getpass
 import json
 import os
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,11 +75,14 @@ def config_history(folder: Path, keys: KeySchedule) -> ConfigHistory:
 def applier(how: str) -> str:
     """Who puts a configuration in force: `how` (`pool init`, `start`, `SIGHUP`), with this
     process's id and user, the only parties a signal or a start can be traced to."""
+    return f"{how} (pid {os.getpid()}, user {_user()})"
+
+
+def _user() -> str:
     try:
-        user = getpass.getuser()
+        return getpass.getuser()
     except (KeyError, OSError):
-        user = f"uid {os.getuid()}"
-    return f"{how} (pid {os.getpid()}, user {user})"
+        return f"uid {os.getuid()}"
 
 
 def record_config(
@@ -88,7 +92,7 @@ def record_config(
     config: Config,
     length: int,
     at_ms: int,
-    how: str,
+    who: str,
 ) -> AppliedConfig | None:
     """Keep a statement that `config` is in force from ledger length `length` and `at_ms`,
     signed by `key` (the key that seals entry `length`), unless it is the configuration the
@@ -105,9 +109,7 @@ def record_config(
         at_ms = max(at_ms, last.at_ms)
         length = max(length, last.from_length)
     position = len(history.statements)
-    raw = seal_config(
-        key, position, length, at_ms, config_text(config_document(config)), applier(how)
-    )
+    raw = seal_config(key, position, length, at_ms, config_text(config_document(config)), who)
     trial = ConfigHistory.verified(history.keys, history.statements)
     trial.add(raw)
     target = folder / CONFIGS
@@ -127,13 +129,51 @@ def record_config(
     return history.add(raw)
 
 
-def record_in_pool(folder: Path, pool: Pool, config: Config, how: str) -> AppliedConfig | None:
+def record_in_pool(folder: Path, pool: Pool, config: Config, who: str) -> AppliedConfig | None:
     """`record_config` for a running writer: at its length and clock, with its key in force,
     into `pool.configs` (docs/reliability.md §18)."""
     history = pool.configs
     if history is None or pool.read_only:
         return None
-    return record_config(folder, history, pool.key, config, pool.length, pool.now_ms(), how)
+    return record_config(folder, history, pool.key, config, pool.length, pool.now_ms(), who)
+
+
+REQUEST = "pool.reload.request"
+"""Who asked for the next SIGHUP reload: written by `pool reload DIR` just before it signals,
+taken (and removed) by the reload, since a signal does not say who sent it."""
+
+REQUEST_FRESH_NS = 60 * 1_000_000_000
+
+
+def note_reload_request(folder: Path) -> None:
+    """`pool reload DIR`: say who is about to send SIGHUP (docs/reliability.md §18), on the
+    system's monotonic clock, which the service shares."""
+    doc = {"pid": os.getpid(), "user": _user(), "at_ns": time.monotonic_ns()}
+    write_atomically(folder / REQUEST, json.dumps(doc).encode("ascii"), 0o644)
+
+
+def sighup_sender(folder: Path, started_ns: int) -> str:
+    """Who sent the SIGHUP a reload that began at `started_ns` takes in: `pool reload`'s
+    note when one was written in the minute before, else the service itself is named
+    and the sender is said to be unknown. The note is removed either way."""
+    path = folder / REQUEST
+    try:
+        doc = json.loads(path.read_bytes()[:4096])
+        path.unlink()
+        pid, user, at = doc["pid"], doc["user"], doc["at_ns"]
+        if (
+            type(pid) is int
+            and type(at) is int
+            and isinstance(user, str)
+            and 0 <= started_ns - at <= REQUEST_FRESH_NS
+        ):
+            return (
+                f"SIGHUP from pool reload (pid {pid}, user {user[:64]}) "
+                f"to pool serve (pid {os.getpid()})"
+            )
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return applier("SIGHUP, sender unknown, to pool serve")
 
 
 RELOAD_LOG = "pool.reload.log"

@@ -53,10 +53,12 @@ def init_deployment(folder: Path, steward: str, max_device_power_w: int | None =
     import time
 
     from joulepool.deployment.config import read_config
-    from joulepool.deployment.configs import record_config
+    from joulepool.deployment.configs import applier, record_config
     from joulepool.ledger.configs import ConfigHistory
     from joulepool.ledger.rotation import KeySchedule
 
     history = ConfigHistory(KeySchedule(steward, key.public_key))
     config = read_config(folder / CONFIG)
-    record_config(folder, history, key, config, 0, time.time_ns() // 1_000_000, "pool init")
+    record_config(
+        folder, history, key, config, 0, time.time_ns() // 1_000_000, applier("pool init")
+    )

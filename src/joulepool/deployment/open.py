@@ -12,7 +12,7 @@ from typing import Any
 
 from joulepool.deployment.clock import read_acceptance
 from joulepool.deployment.config import CONFIG, KEY, LEDGER, WITNESSES, Config, read_config
-from joulepool.deployment.configs import config_history, record_in_pool
+from joulepool.deployment.configs import applier, config_history, record_in_pool
 from joulepool.deployment.keys import deployment_keys, rotate_pending
 from joulepool.deployment.witnesses import kept_marks
 from joulepool.errors import PoolError
@@ -154,7 +154,7 @@ def open_pool(
     if not read_only:
         put_pending_in_force(folder, pool, report)
         try:
-            applied = record_in_pool(folder, pool, config, f"{who} start")
+            applied = record_in_pool(folder, pool, config, applier(f"{who} start"))
         except BaseException:
             pool.close()
             raise

@@ -182,12 +182,15 @@ class Reloader:
         is, since a new token may name an entitlement only the new tree has."""
         started = time.monotonic_ns()
         before = list(self.service.tree())
+        from joulepool.deployment.configs import applier, sighup_sender
+
         in_force = self._recorded()
         scopes = self.service.tokens.scopes()
+        who = sighup_sender(self.folder, started) if trigger == SIGHUP else applier(trigger)
         tokens = self._tokens()
         config = None
         if trigger == SIGHUP:
-            config = self._config()
+            config = self._config(who)
             if config is None and tokens is not None and list(self.service.tree()) != before:
                 tokens = self._tokens()  # a token may name what the new tree adds
             self._config_ok = config is None
@@ -214,7 +217,7 @@ class Reloader:
                 )
             except OSError as exc:
                 log.error("the reload's outcome could not be written to %s: %s", STATUS, exc)
-        self._log(outcome, in_force, scopes)
+        self._log(outcome, who, in_force, scopes)
         return outcome
 
     def _recorded(self) -> AppliedConfig | None:
@@ -223,12 +226,16 @@ class Reloader:
         return None if pool is None or pool.configs is None else pool.configs.last
 
     def _log(
-        self, outcome: Outcome, before: AppliedConfig | None, scopes: list[tuple[str, str]]
+        self,
+        outcome: Outcome,
+        who: str,
+        before: AppliedConfig | None,
+        scopes: list[tuple[str, str]],
     ) -> None:
         """One line of `DIR/pool.reload.log` (docs/reliability.md §18): when, what started
         it, whether it was taken, and what changed: the configuration put in force against
         the one before (nothing when it was refused or the same), tokens by name only."""
-        from joulepool.deployment.configs import applier, config_diff, log_reload, tokens_diff
+        from joulepool.deployment.configs import config_diff, log_reload, tokens_diff
 
         after = self._recorded()
         changed: dict[str, object] = {}
@@ -238,7 +245,7 @@ class Reloader:
         record: dict[str, object] = {
             "at_ms": outcome.done_ms,
             "trigger": outcome.trigger,
-            "who": applier(outcome.trigger),
+            "who": who,
             "ok": outcome.ok,
             "message": outcome.message,
             "config": changed,
@@ -279,7 +286,7 @@ class Reloader:
             self.say(f"pool serve: tokens reloaded ({len(entries)} in force)")
             return None
 
-    def _config(self) -> str | None:
+    def _config(self, who: str) -> str | None:
         """Put `pool.toml` in force (`Service.reload`); the refusal, or None."""
         from joulepool.deployment.config import CONFIG, read_config
         from joulepool.deployment.configs import record_in_pool
@@ -297,7 +304,7 @@ class Reloader:
             # The statement follows the switch: entries decided in between (a few at most)
             # precede its from_length though the new tree decided them (§18).
             try:
-                applied = record_in_pool(self.folder, pool, config, SIGHUP)
+                applied = record_in_pool(self.folder, pool, config, who)
             except Exception as exc:
                 message = (
                     f"configuration reloaded, but its statement was not recorded: {_named(exc)}"
