@@ -244,3 +244,8 @@ def test_configuration_statements_verify_across_key_rotations(tmp_path: Path) ->
     statements = json.loads(shown.stdout)["configurations"]
     assert [s["from_length"] for s in statements] == [0, 1]
     assert statements[1]["changes"] == {"period": [{"kind": "month"}, {"kind": "day"}]}
+    # A reload log edited by hand or torn: its lines are named unreadable, never guessed.
+    (folder / RELOAD_LOG).write_text('garbage\n{"at_ms": 1}\n')
+    shown = pool_cli("config", "history", str(folder), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["reloads"] == [{"unreadable": 1}, {"unreadable": 2}]

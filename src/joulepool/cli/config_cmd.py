@@ -51,14 +51,11 @@ def _history(args: argparse.Namespace) -> int:
             if "unreadable" in r:
                 c.print(f"reload log line {r['unreadable']}: unreadable")
                 continue
-            at = r.get("at_ms")
-            when = utc_text(at) if isinstance(at, int) else "?"
-            words = "taken" if r.get("ok") is True else f"REFUSED: {r.get('message')}"
-            config = r["config"] if isinstance(r.get("config"), dict) else {}
-            tokens = r["tokens"] if isinstance(r.get("tokens"), dict) else {}
+            words = "taken" if r["ok"] else f"REFUSED: {r['message']}"
             c.print(
-                f"reload {when} ({r.get('trigger')}, {r.get('who')}): {words}; "
-                f"configuration: {changes_words(config)}; tokens: {tokens_words(tokens)}"
+                f"reload {utc_text(r['at_ms'])} ({r['trigger']}, {r['who']}): {words}; "
+                f"configuration: {changes_words(r['config'])}; "
+                f"tokens: {tokens_words(r['tokens'])}"
             )
 
     emit(args, {"configurations": configurations, "reloads": reloads}, human)

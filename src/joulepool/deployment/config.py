@@ -9,6 +9,9 @@
     DIR/tokens.toml      bearer-token hashes for `pool serve`
     DIR/pool.serve.pid   the running `pool serve`'s pid; DIR/pool.reload.json its last
                          SIGHUP reload's outcome (`service.reloads`, `pool reload DIR`)
+    DIR/configs/         signed configuration statements: every configuration put in force
+                         (`deployment.configs`, docs/reliability.md §18)
+    DIR/pool.reload.log  every reload and what it changed, JSON lines (`pool config history`)
 
 Reading the configuration is strict: an unknown key, a float, a negative figure or a broken
 tree is refused naming the file, the node and the field, and nothing is half-applied.

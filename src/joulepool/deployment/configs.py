@@ -264,6 +264,19 @@ def log_reload(folder: Path, record: Mapping[str, Any]) -> None:
 MAX_LOG_LINE = 1 << 20
 
 
+def _well_formed(doc: Mapping[str, Any]) -> bool:
+    """A record as `log_reload` writes it: a line missing one of these is not shown as one."""
+    return (
+        type(doc.get("at_ms")) is int
+        and isinstance(doc.get("trigger"), str)
+        and isinstance(doc.get("who"), str)
+        and type(doc.get("ok")) is bool
+        and isinstance(doc.get("message"), str)
+        and isinstance(doc.get("config"), dict)
+        and isinstance(doc.get("tokens"), dict)
+    )
+
+
 def read_reload_log(folder: Path) -> list[dict[str, Any]]:
     """The reload log's records, oldest first; a line that is not a JSON object (a torn
     last line, an edit) is returned as `{"unreadable": N}` naming its line, never guessed."""
@@ -280,8 +293,8 @@ def read_reload_log(folder: Path) -> list[dict[str, Any]]:
             if len(raw) > MAX_LOG_LINE:
                 raise ValueError("too long")
             doc = json.loads(raw)
-            if not isinstance(doc, dict):
-                raise ValueError("not an object")
+            if not isinstance(doc, dict) or not _well_formed(doc):
+                raise ValueError("not a reload record")
         except ValueError:
             out.append({"unreadable": number})
             continue
