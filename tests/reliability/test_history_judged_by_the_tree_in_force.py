@@ -21,7 +21,7 @@ from pathlib import Path
 from joulepool.deployment.config import CONFIG, read_config, write_config
 from joulepool.deployment.configs import CONFIGS, RELOAD_LOG
 from joulepool.periods import Schedule
-from joulepool.tree import Tree
+from joulepool.tree import Entitlement, Tree
 from tests.support.servers import (
     Deployment,
     admit_and_release,
@@ -33,12 +33,16 @@ from tests.support.servers import (
 PERIOD_MS = 6_000
 
 
-def rewrite(folder: Path, period: Schedule, guarantees: dict[str, int]) -> None:
-    """pool.toml with `period` and the given guarantees changed, the rest as it was."""
+def rewrite(
+    folder: Path, period: Schedule, guarantees: dict[str, int], added: tuple[Entitlement, ...] = ()
+) -> None:
+    """pool.toml with `period`, the given guarantees changed and `added` entitlements, the
+    rest as it was."""
     config = read_config(folder / CONFIG)
-    tree = Tree(
+    changed = [
         replace(e, guarantee_uj=guarantees[e.id]) if e.id in guarantees else e for e in config.tree
-    )
+    ]
+    tree = Tree([*changed, *added])
     (folder / CONFIG).unlink()
     write_config(folder / CONFIG, config.steward, tree, config.idle, period)
 
@@ -83,7 +87,9 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
         admit_and_release(serve, deployment.operator, 0, 2, 1_000_000)
         assert now_ms() < (first + 1) * PERIOD_MS, "the claims missed their period: rerun"
         wait_for_period_start()
-        rewrite(folder, period, {"vision": new_vision})
+        tree_then = read_config(folder / CONFIG).tree
+        audio = Entitlement("audio", 10**12, 1, 1, parent="research")
+        rewrite(folder, period, {"vision": new_vision}, (audio,))
         said = sighup(serve)
         assert "configuration reloaded" in said, said
         assert "recorded as statement 2" in said, said
@@ -107,6 +113,7 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
         # The HTTP answers give the same figures and name the same configuration.
         with serve.client(deployment.operator) as http:
             one = http.get("/v1/entitlements/vision", params={"period": str(first)}).json()
+            missing = http.get("/v1/entitlements/audio", params={"period": str(first)})
             periods = http.get("/v1/entitlements/vision/periods").json()["periods"]
             research = http.get("/v1/entitlements/research/periods").json()["periods"]
             deadline = time.monotonic() + 30
@@ -117,6 +124,11 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
                 assert time.monotonic() < deadline, board.text
                 time.sleep(0.2)
         assert one == rows["vision"]
+        # An entitlement the tree of that period did not have: not in its table, and asked
+        # for by name, refused naming the period, on both surfaces.
+        assert "audio" not in rows and "audio" in rows_now
+        assert missing.status_code == 422, missing.text
+        assert str(first) in missing.json()["detail"]
         assert board.status_code == 200, board.text
         shown_rows = {r["id"]: r for r in board.json()["entitlements"]}
         assert shown_rows["vision"] == rows["vision"]
@@ -130,7 +142,6 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
         assert usage_json(str(folder), "--history", "research")["periods"] == research
         (dept,) = [p for p in research if p["label"] == str(first)]
         assert dept["subtree"] is True and dept["charged_uj"] == 1_000_000
-        tree_then = read_config(folder / CONFIG).tree
         assert (
             dept["guarantee_uj"]
             == sum(e.guarantee_uj for e in tree_then if e.id != "vision") + old_vision
@@ -141,7 +152,8 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
         (hup,) = [x for x in lines if x["trigger"] == "SIGHUP"]
         assert hup["ok"] is True
         assert hup["config"] == {
-            "entitlements_changed": {"vision": {"guarantee_uj": [old_vision, new_vision]}}
+            "entitlements_added": ["audio"],
+            "entitlements_changed": {"vision": {"guarantee_uj": [old_vision, new_vision]}},
         }
         assert hup["configuration"]["position"] == 2
         # A refused reload is logged too, with nothing changed.
@@ -176,6 +188,7 @@ def test_a_past_period_is_judged_by_the_guarantee_in_force_then_on_every_surface
         shown = pool_cli("config", "history", str(folder))
         assert shown.returncode == 0, shown.stderr
         assert f"vision.guarantee_uj {old_vision}→{new_vision}" in shown.stdout
+        assert "added audio" in shown.stdout
         assert "tokens: added ci-bot" in shown.stdout
     finally:
         serve.kill()
