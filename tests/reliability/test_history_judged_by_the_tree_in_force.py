@@ -262,3 +262,28 @@ def test_configuration_statements_verify_across_key_rotations(tmp_path: Path) ->
     shown = pool_cli("config", "history", str(folder), "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["reloads"] == [{"unreadable": 1}, {"unreadable": 2}]
+
+
+def test_a_signed_statement_past_the_ledger_or_going_back_fails_verification(
+    tmp_path: Path,
+) -> None:
+    from joulepool.ledger.configs import seal_config
+    from joulepool.ledger.keys import load_key_file
+
+    deployment = Deployment.create(tmp_path / "d")
+    folder = deployment.folder
+    key = load_key_file(folder / "steward.key", require_secret=True)
+    text = '{"entitlements":[],"period":{"kind":"none"}}'
+    # Signed by the steward itself: only the order and the ledger's length refuse it.
+    (folder / CONFIGS / "00000001.cose").write_bytes(
+        seal_config(key, 1, 99, now_ms(), text, "a test")
+    )
+    done = pool_cli("ledger", "verify", str(folder), "--json")
+    out = json.loads(done.stdout)
+    assert (done.returncode, out["error"], out["index"]) == (1, "bad_config_statement", 1)
+    assert "past the ledger's 0 entries" in out["detail"]
+    (folder / CONFIGS / "00000001.cose").write_bytes(seal_config(key, 1, 0, 0, text, "a test"))
+    done = pool_cli("ledger", "verify", str(folder), "--json")
+    out = json.loads(done.stdout)
+    assert (done.returncode, out["error"], out["index"]) == (1, "bad_config_statement", 1)
+    assert "it goes back" in out["detail"]
