@@ -532,6 +532,13 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
             "each period is judged by the configuration in force at its end (its digest; "
             "`pool config history DIR` lists them); Σ: the subtree's sums"
         )
+        used = {
+            r["configuration"]["position"]: r["configuration"]
+            for r in periods
+            if "configuration" in r
+        }
+        for _, configuration in sorted(used.items()):
+            c.print(configuration_words(configuration))
 
     emit(args, result, human)
     return 0
