@@ -287,3 +287,31 @@ def test_a_signed_statement_past_the_ledger_or_going_back_fails_verification(
     out = json.loads(done.stdout)
     assert (done.returncode, out["error"], out["index"]) == (1, "bad_config_statement", 1)
     assert "it goes back" in out["detail"]
+
+
+def test_replicas_sharing_a_folder_record_a_configuration_once_and_never_overwrite(
+    tmp_path: Path,
+) -> None:
+    from joulepool.deployment.configs import config_history, record_config
+    from joulepool.deployment.keys import deployment_keys
+
+    deployment = Deployment.create(tmp_path / "d")
+    folder = deployment.folder
+    key, keys = deployment_keys(folder)
+    # Two replicas' views, each read before the other wrote anything.
+    first, second = config_history(folder, keys), config_history(folder, keys)
+    rewrite(folder, Schedule("day"), {})
+    day = read_config(folder / CONFIG)
+    made = record_config(folder, first, key, day, 0, now_ms(), "replica a")
+    assert made is not None and made.position == 1
+    # The second finds the same configuration already recorded by the first: nothing new.
+    assert record_config(folder, second, key, day, 0, now_ms(), "replica b") is None
+    rewrite(folder, Schedule("week"), {})
+    week = read_config(folder / CONFIG)
+    # The first's view is stale now too; it takes the next free name, never statement 2's.
+    made = record_config(folder, second, key, week, 0, now_ms(), "replica b")
+    assert made is not None and made.position == 2
+    assert record_config(folder, first, key, week, 0, now_ms(), "replica a") is None
+    verified = pool_cli("ledger", "verify", str(folder), "--json")
+    assert verified.returncode == 0, verified.stdout
+    assert json.loads(verified.stdout)["configurations"] == 3

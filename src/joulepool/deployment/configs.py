@@ -13,6 +13,7 @@ records the length and instant it took a configuration in.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -101,32 +102,69 @@ def record_config(
     nothing changed."""
     from joulepool.deployment.config import config_digest, config_document
 
-    last = history.last
-    if last is not None and last.digest == config_digest(config):
-        return None
-    if last is not None:
-        # A clock stepped back never dates a statement before the one it follows.
-        at_ms = max(at_ms, last.at_ms)
-        length = max(length, last.from_length)
-    position = len(history.statements)
-    raw = seal_config(key, position, length, at_ms, config_text(config_document(config)), who)
-    trial = ConfigHistory.verified(history.keys, history.statements)
-    trial.add(raw)
+    digest = config_digest(config)
+    text = config_text(config_document(config))
+    # Replicas of one ledger may share a folder: another may have recorded statements since
+    # this process read them, the same configuration among them. Each try reads what is
+    # there, and a name is taken only if free, so two never write one position.
+    for _ in range(_TRIES):
+        _refresh(folder, history)
+        last = history.last
+        if last is not None and last.digest == digest:
+            return None
+        from_length, since = length, at_ms
+        if last is not None:
+            # A clock stepped back never dates a statement before the one it follows.
+            since = max(at_ms, last.at_ms)
+            from_length = max(length, last.from_length)
+        position = len(history.statements)
+        raw = seal_config(key, position, from_length, since, text, who)
+        trial = ConfigHistory.verified(history.keys, history.statements)
+        trial.add(raw)
+        if _write_new(folder, position, raw):
+            return history.add(raw)
+    raise StoreError(
+        f"{folder / CONFIGS}: other writers kept taking the next statement's name: the "
+        "configuration was not recorded; try again"
+    )
+
+
+_TRIES = 5
+
+
+def _refresh(folder: Path, history: ConfigHistory) -> None:
+    """Take in statements written after those `history` holds (another replica's)."""
+    for raw in read_config_statements(folder / CONFIGS)[len(history.statements) :]:
+        history.add(raw)
+
+
+def _write_new(folder: Path, position: int, raw: bytes) -> bool:
+    """Write statement `position` whole under a name no one holds yet: False when another
+    writer has taken it (the caller reads again), a typed refusal when it cannot write."""
     target = folder / CONFIGS
     path = target / f"{position:08d}.cose"
+    tmp = target / f".{path.name}.{os.getpid()}.tmp"
     try:
         if not target.is_dir():
-            target.mkdir(mode=0o755)
+            with contextlib.suppress(FileExistsError):
+                target.mkdir(mode=0o755)
             fsync_dir(folder)
-        if path.exists():
-            raise PoolError(f"{path} exists; a configuration statement is never overwritten")
-        write_atomically(path, raw, 0o644)
+        write_atomically(tmp, raw, 0o644)
+        try:
+            # A hard link fails if the name exists: never replace another's statement.
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        fsync_dir(target)
     except OSError as exc:
         # Typed, so a start refuses in one line and a reload says its configuration is
         # not on record; the next start or SIGHUP records it, since the digests differ.
         words = f"{path}: the configuration statement cannot be written ({exc.strerror})"
         raise (DiskFull(words) if no_space(exc) else StoreError(words)) from None
-    return history.add(raw)
+    return True
 
 
 def record_in_pool(folder: Path, pool: Pool, config: Config, who: str) -> AppliedConfig | None:
