@@ -315,3 +315,56 @@ def test_replicas_sharing_a_folder_record_a_configuration_once_and_never_overwri
     verified = pool_cli("ledger", "verify", str(folder), "--json")
     assert verified.returncode == 0, verified.stdout
     assert json.loads(verified.stdout)["configurations"] == 3
+
+
+def test_a_ledger_older_than_the_record_is_judged_by_the_first_statement_and_says_so(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    from joulepool.deployment.config import KEY, LEDGER
+    from joulepool.events import Admitted, Released
+    from joulepool.grade import Energy, Grade
+    from joulepool.ledger.cose import content_address
+    from joulepool.ledger.keys import load_key_file
+    from joulepool.ledger.rollback import HighWater
+    from joulepool.stores.highwater import HighWaterFile, record_path
+    from tests.support.ledgers import seal_all
+
+    deployment = Deployment.create(tmp_path / "d")
+    folder = deployment.folder
+    # A deployment from before configuration statements: a claim in the last second of last
+    # month (within max_clock_gap of now, so a writer may start), no record.
+    shutil.rmtree(folder / CONFIGS)
+    start = Schedule("month").period_at(now_ms()).start_ms
+    assert start is not None
+    at = start - 1000
+    key = load_key_file(folder / KEY)
+    energy = Energy(7, Grade.HwShunt)
+    raws = seal_all(
+        [Admitted("old", "vision", 1, 1, energy, 0, at), Released("old", energy, at)], key
+    )
+    (folder / LEDGER).write_bytes(b"".join(raws))
+    record_path(folder / LEDGER).unlink(missing_ok=True)
+    HighWaterFile.create(
+        record_path(folder / LEDGER), HighWater(2, content_address(raws[-1]))
+    ).close()
+
+    before = usage_json(str(folder), "--history", "vision")["periods"]
+    assert isinstance(before, list) and len(before) == 1
+    assert "configuration" not in before[0]  # nothing records one: none is named
+    # The first writer of this version records the configuration, from the ledger's length.
+    admitted = pool_cli(
+        "admit", str(folder), "--id", "new", "--entitlement", "vision", "--estimate-uj", "5"
+    )
+    assert admitted.returncode == 0, admitted.stderr
+    after = usage_json(str(folder), "--history", "vision")["periods"]
+    assert isinstance(after, list)
+    old = after[0]
+    assert old["charged_uj"] == 7
+    assert old["configuration"]["position"] == 0
+    assert old["configuration"]["from_length"] == 2
+    assert old["configuration"]["recorded_after_period"] is True
+    assert "recorded_after_period" not in after[-1]["configuration"]
+    shown = pool_cli("usage", str(folder), "--history", "vision")
+    assert "recorded after this period ended" in shown.stdout

@@ -532,8 +532,12 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
             "each period is judged by the configuration in force at its end (its digest; "
             "`pool config history DIR` lists them); Σ: the subtree's sums"
         )
+        # A statement judging periods before it was made is said so, apart from its own.
         used = {
-            r["configuration"]["position"]: r["configuration"]
+            (
+                r["configuration"]["position"],
+                bool(r["configuration"].get("recorded_after_period")),
+            ): r["configuration"]
             for r in periods
             if "configuration" in r
         }
