@@ -219,13 +219,27 @@ class ConfigHistory:
     """Every configuration put in force, oldest first, each verified (DESIGN.md §3, §4):
     what judges a past period."""
 
-    __slots__ = ("_starts", "applied", "keys", "statements")
+    __slots__ = ("_names", "_starts", "applied", "keys", "statements")
 
     def __init__(self, keys: KeySchedule) -> None:
         self.keys = keys
         self.applied: list[AppliedConfig] = []
         self.statements: list[bytes] = []
         self._starts: list[int] = []
+        self._names: tuple[Tree, Schedule, int, bool] | None = None
+
+    def last_names(self, tree: Tree, period: Schedule) -> bool:
+        """Whether the last statement records `tree` and `period` (the ones in force): asked
+        by every read, so the answer is kept until either or the last statement changes."""
+        last = self.last
+        if last is None:
+            return False
+        seen = self._names
+        if seen is not None and seen[0] is tree and seen[1] == period and seen[2] == last.position:
+            return seen[3]
+        same = last.period == period and list(last.tree) == list(tree)
+        self._names = (tree, period, last.position, same)
+        return same
 
     @classmethod
     def verified(cls, keys: KeySchedule, statements: Sequence[bytes]) -> ConfigHistory:

@@ -50,9 +50,9 @@ def judged_by(pool: Pool, period: Period) -> tuple[Tree, dict[str, Any] | None]:
         return pool.tree, None
     now = pool.now_ms()
     if period.end_ms is None or period.end_ms > now:
-        last = history.last
-        same = list(last.tree) == list(pool.tree) and last.period == pool.schedule
-        return pool.tree, (_named(last, False) if same else None)
+        tree = pool.tree
+        same = history.last_names(tree, pool.schedule)
+        return tree, (_named(history.last, False) if same else None)
     applied = history.in_force_before(period.end_ms)
     if applied is None:
         # The period ended before the first statement (a ledger older than the record):
