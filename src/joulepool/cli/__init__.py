@@ -39,6 +39,7 @@ def _registrars() -> list[Registrar]:
 _OPTIONAL = (
     "joulepool.cli.live_cmd",
     "joulepool.cli.keys_cmd",
+    "joulepool.cli.config_cmd",
     "joulepool.cli.ledger_cmd",
     "joulepool.cli.witness_cmd",
     "joulepool.cli.pool_cmd",
