@@ -40,6 +40,13 @@ def readyz(service: Service = Depends(served)) -> Response:
     return JSONResponse(service.readiness())
 
 
+@router.get("/v1/token", response_model=m.TokenOut, responses={401: ERRORS[401]}, tags=["tokens"])
+async def token(who: Principal = Depends(principal)) -> Response:
+    """The calling token's name and scope (docs/api.md, Tokens): how a client such as
+    `pool slurm check-config --online` learns what its token may do without trying it."""
+    return JSONResponse({"name": who.name, "scope": who.scope})
+
+
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
