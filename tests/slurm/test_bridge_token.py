@@ -6,6 +6,7 @@ make, and `check-config --online` accepts the token."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -64,3 +65,49 @@ def test_a_job_runs_end_to_end_with_the_bridge_holding_a_bridge_token(bridge: Br
         "detail": "known to Pool, scope bridge:research",
     }
     assert all(found[f"entitlement:{a}"]["ok"] for a in ("phys", "ling", "robo")), found
+
+
+def check_with(bridge: Bridge, name: str, token: str) -> dict[str, dict[str, object]]:
+    """`check-config --online` over a copy of the bridge's file holding `token` instead,
+    once the running `pool serve` has taken the new token in (within a second)."""
+    deadline = time.monotonic() + 10
+    with bridge.pool() as ops:
+        ops.headers["Authorization"] = f"Bearer {token}"
+        while ops.get("/v1/token").status_code == 401:
+            assert time.monotonic() < deadline, "pool serve never took the token in"
+            time.sleep(0.1)
+    path = bridge.root / f"{name}.token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    text = bridge.config.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("token_file ="))
+    config = bridge.root / f"{name}.toml"
+    config.write_text(text.replace(line, f'token_file = "{path}"', 1))
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "joulepool", "slurm", "check-config"),
+            *("--config", str(config), "--online", "--json"),
+        ],
+        env=bridge.bed.env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.stdout, done.stderr
+    return {f["check"]: f for f in json.loads(done.stdout)["online"]}
+
+
+def test_check_config_online_names_a_token_that_may_not_run_the_bridge(bridge: Bridge) -> None:
+    d = bridge.deployment
+    for name, scope in (("team", "tenant:vision"), ("scraper", "metrics")):
+        found = check_with(bridge, name, d.add_token(f"check-{name}", scope))
+        assert not found["token"]["ok"], found
+        assert "may not admit and release claims" in str(found["token"]["detail"])
+    # A bridge token for one team: the accounts mapped outside its subtree are named.
+    found = check_with(bridge, "narrow", d.add_token("check-narrow", "bridge:vision"))
+    assert found["token"]["ok"] and found["entitlement:phys"]["ok"], found
+    for account in ("ling", "robo"):
+        assert not found[f"entitlement:{account}"]["ok"]
+        assert "does not cover" in str(found[f"entitlement:{account}"]["detail"])
