@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.servers import wait_known
 from tests.support.slurm.bridge import Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -70,12 +71,7 @@ def test_a_job_runs_end_to_end_with_the_bridge_holding_a_bridge_token(bridge: Br
 def check_with(bridge: Bridge, name: str, token: str) -> dict[str, dict[str, object]]:
     """`check-config --online` over a copy of the bridge's file holding `token` instead,
     once the running `pool serve` has taken the new token in (within a second)."""
-    deadline = time.monotonic() + 10
-    with bridge.pool() as ops:
-        ops.headers["Authorization"] = f"Bearer {token}"
-        while ops.get("/v1/token").status_code == 401:
-            assert time.monotonic() < deadline, "pool serve never took the token in"
-            time.sleep(0.1)
+    wait_known(bridge.serve, token)
     path = bridge.root / f"{name}.token"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

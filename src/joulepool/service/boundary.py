@@ -170,7 +170,8 @@ def bridge_may(method: str, path: str) -> bool:
     if (method, path) in BRIDGE_ROUTES:
         return True
     if method == "GET":
-        return path.startswith((CLAIMS_PREFIX, "/v1/entitlements/"))
+        # `/ui/` holds the dashboard's static files only, no figure: answered as to anyone.
+        return path.startswith((CLAIMS_PREFIX, "/v1/entitlements/", "/ui/"))
     return method == "POST" and path.startswith(CLAIMS_PREFIX) and path.endswith(BRIDGE_CLAIM_POSTS)
 
 

@@ -50,12 +50,20 @@ async def token(who: Principal = Depends(principal)) -> Response:
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
-    responses={401: ERRORS[401]},
+    responses={
+        401: ERRORS[401],
+        403: {
+            "model": m.ErrorOut,
+            "content": {"application/json": {}},
+            "description": "a bridge token",
+        },
+    },
     tags=["probes"],
 )
 def prometheus(who: Principal = Depends(principal), seen: Metrics = Depends(metrics)) -> Response:
     """Prometheus text exposition; it needs a token (API.md, Additions). An operator or
-    `metrics` token reads every series; a tenant token reads its subtree's usage only."""
+    `metrics` token reads every series; a tenant token reads its subtree's usage only; a
+    bridge token none (403, docs/api.md "Tokens")."""
     from prometheus_client import CONTENT_TYPE_LATEST
 
     return Response(seen.exposition(who), media_type=CONTENT_TYPE_LATEST)
