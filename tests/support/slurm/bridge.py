@@ -286,14 +286,15 @@ def start_bridge(
     tls: dict[str, Path] | None = None,
     nodes: int = 1,
     dispatch: bool = False,
-    held_scope: str = "operator",
+    held_scope: str = "bridge:research",
 ) -> Bridge:
     """Bring up Pool, Slurm with the bridge installed, and the agent; `period` replaces
     the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default;
     with `tls` (certificate, key, CA), `pool serve` speaks only TLS and the bridge verifies it;
     with `dispatch`, slurmd runs the GPU scripts as pieces of prolog.d/epilog.d dispatchers
     (`dispatch_pieces`; the site's pieces log to ROOT/site-pieces.log); the bridge holds a
-    token of `held_scope` (`bridge:<entitlement>` as docs/slurm.md installs it)."""
+    token of `held_scope`: a bridge token over the mapped teams' subtree, as docs/slurm.md
+    installs it, unless a test asks for another (`"operator"`)."""
     require_slurm()
     interpreter = python_for("slurm")
     root = Path(tempfile.mkdtemp(prefix="joulepool-slurm-"))
