@@ -69,6 +69,11 @@ def test_a_bridge_token_admits_reads_reports_and_releases_in_its_subtree(
         assert state.status_code == 200 and state.json()["claim"] == cid
         listed = bridge.get("/v1/claims", params={"state": "running"}).json()["claims"]
         assert cid in [c["claim"] for c in listed]
+        # The team sees its job's claim by the same id; another team does not see it.
+        with serve.client(d.tenants["vision"]) as team:
+            assert team.get(f"/v1/claims/{cid}").json()["claim"] == cid
+        with serve.client(d.tenants["language"]) as other:
+            assert other.get(f"/v1/claims/{cid}").status_code == 404
 
         r = bridge.post(f"/v1/claims/{cid}/readings", json=reading(5 * J))
         assert r.status_code == 200, r.text
@@ -116,6 +121,11 @@ def test_a_bridge_token_outside_its_subtree_meets_what_a_tenant_does(
 
         r = bridge.post("/v1/claims", json=claim(slurm_id(), "language"))
         assert r.status_code == 403 and r.json()["error"] == "forbidden"
+        # Its ids are one namespace with the operator's (docs/api.md, Tokens): an id taken
+        # outside its subtree is taken, and that is all the answer says.
+        r = bridge.post("/v1/claims", json=claim(theirs))
+        assert r.status_code == 409 and r.json()["error"] == "claim_exists"
+        assert "language" not in r.text
         r = bridge.get("/v1/claims", params={"entitlement": "language"})
         assert r.status_code == 403
         r = bridge.post("/v1/estimates", json={"class": "train", "entitlement": "language"})
