@@ -8,9 +8,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from joulepool.bridges.slurm.config import PoolUnreachable
+from joulepool.bridges.slurm.jobs import PoolClient
+from joulepool.deployment.init import init_deployment
 from tests.support.servers import Deployment, Serve, start_serve
 
 J = 10**6
@@ -210,3 +214,29 @@ def test_get_token_names_the_callers_own_scope(
             assert client.get("/v1/token").json() == {"name": name, "scope": scope}
     with serve.client(None) as anonymous:
         assert anonymous.get("/v1/token").status_code == 401
+
+
+def test_the_bridge_client_reads_the_ledger_length_with_a_bridge_token(
+    served: tuple[Deployment, Serve, dict[str, str]], tmp_path: Path
+) -> None:
+    d, serve, bridges = served
+    with serve.client(d.operator) as ops:
+        length = ops.get("/v1/ledger").json()["length"]
+    # The checkpoint is signed at most a second before it is served: it catches up.
+    client, deadline = PoolClient(serve.url, bridges["vision"], 10.0), time.monotonic() + 5
+    while (seen := client.ledger_length()) != length:
+        assert seen < length and time.monotonic() < deadline, (seen, length)
+        time.sleep(0.1)
+    # A steward id no checkpoint can carry as its origin: no checkpoint is served, and an
+    # operator token still has the length from the ledger's head; a bridge token is told why.
+    init_deployment(tmp_path / "d", "steward one")
+    lone = Deployment(tmp_path / "d", "")
+    lone.operator = lone.add_token("ops", "operator")
+    narrow = lone.add_token("slurm", "bridge:vision")
+    other = start_serve(lone.folder)
+    try:
+        assert PoolClient(other.url, lone.operator, 10.0).ledger_length() == 0
+        with pytest.raises(PoolUnreachable, match=r"/checkpoint: HTTP 503.*/v1/ledger: HTTP 403"):
+            PoolClient(other.url, narrow, 10.0).ledger_length()
+    finally:
+        other.kill()

@@ -109,7 +109,9 @@ class PoolClient:
     def ledger_length(self) -> int:
         """The ledger's length, the size line of its public checkpoint (API.md
         "Transparency", `GET /checkpoint`): it grows on every admit and release. Public, so
-        a bridge token, which may not read `GET /v1/ledger`, has it too."""
+        a bridge token, which may not read `GET /v1/ledger`, has it too. The checkpoint is
+        signed at most a second before it is served, so a change may show a pass late: the
+        agent then asks for its held jobs a pass later, never not at all."""
         status, raw = self.send("GET", "/checkpoint")
         lines = raw.split(b"\n", 2)
         size = lines[1] if status == 200 and len(lines) == 3 else b""
