@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from pathlib import Path
@@ -229,9 +228,9 @@ def _install(args: argparse.Namespace) -> int:
     except BaseException:
         if minted is not None:
             # A token for files never written would be a live credential nobody holds.
-            from joulepool.service.tokens import revoke_token
+            from joulepool.cli.bridge_token import take_back
 
-            revoke_token(minted[0], minted[1], None)
+            take_back(*minted)
         raise
     result = _installed(done)
     if minted is not None:
@@ -243,24 +242,11 @@ def _install(args: argparse.Namespace) -> int:
 def _bridge_token(
     args: argparse.Namespace, accounts: dict[str, str]
 ) -> tuple[str, tuple[Path, str]]:
-    """A new bridge token in the deployment at `--pool-dir`, scoped to the narrowest
-    subtree holding every mapped entitlement (docs/slurm.md, Installing; docs/api.md,
-    Tokens): the bridge then holds no operator token."""
-    from joulepool.cli.paths import deployment_dir
-    from joulepool.deployment.config import CONFIG, TOKENS, read_config
-    from joulepool.service.tokens import add_token, bridge_scope
+    """A new bridge token in the deployment at `--pool-dir` (docs/slurm.md, Installing)."""
+    from joulepool.cli.bridge_token import add_bridge_token
 
-    folder = deployment_dir(args.pool_dir)
-    tree = read_config(folder / CONFIG).tree
-    scope = bridge_scope(tree, sorted(set(accounts.values())))
     name = args.token_name or f"slurm-bridge-{args.cluster}"
-    path = folder / TOKENS
-    # Run as root, the rewrite would leave tokens.toml root's, and a `pool serve` running
-    # as its own user could no longer read it: it keeps the owner it had (or the folder's).
-    owner = (path if path.exists() else folder).stat()
-    token = add_token(path, name, scope, tree)
-    if os.geteuid() == 0:
-        os.chown(path, owner.st_uid, owner.st_gid)
+    token, path = add_bridge_token(args.pool_dir, name, sorted(set(accounts.values())))
     return token, (path, name)
 
 
