@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.servers import Deployment, Serve, serving
+from tests.support.servers import Deployment, Serve, serving, wait_known
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
@@ -21,12 +21,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploymen
     yield from serving(tmp_path_factory.mktemp("st") / "d")
 
 
-@pytest.mark.parametrize("who", ["operator", "tenant"])
+@pytest.mark.parametrize("who", ["operator", "tenant", "bridge"])
 def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(
     served: tuple[Deployment, Serve], who: str, tmp_path: Path
 ) -> None:
     deployment, serve = served
-    token = deployment.operator if who == "operator" else deployment.tenants["robotics"]
+    token = {
+        "operator": deployment.operator,
+        "tenant": deployment.tenants["robotics"],
+        "bridge": deployment.add_token("st-bridge", "bridge:research") if who == "bridge" else "",
+    }[who]
+    if who == "bridge":
+        wait_known(serve, token)
     st = Path(sys.executable).with_name("schemathesis")
     command = [str(st) if st.exists() else (shutil.which("schemathesis") or "schemathesis")]
     proc = subprocess.run(

@@ -20,6 +20,7 @@ from joulepool.service.tokens import (
     TokenBook,
     TokenEntry,
     add_token,
+    bridge_scope,
     check_scope,
     read_tokens,
 )
@@ -119,6 +120,12 @@ def test_a_name_listed_twice_is_refused(tmp_path: Path) -> None:
         ("tenant:", "names no entitlement"),
         ("tenant", "is not a scope"),
         ("admin", "is not a scope"),
+        ("bridge:visoin", "did you mean 'bridge:vision'?"),
+        ("bridge:", "names no entitlement"),
+        ("Bridge", "is not a scope"),
+        ("bridge ", "stray characters"),
+        ("bridge:vision\u202e", "stray characters"),
+        ("bridges", "is not a scope"),
     ],
 )
 def test_a_scope_must_be_exact_and_name_an_entitlement_in_the_tree(
@@ -238,11 +245,44 @@ def test_add_token_refuses_a_file_others_may_read_and_leaves_it(tmp_path: Path) 
     assert path.read_bytes() == before and stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
-def test_check_scope_takes_exactly_the_three_forms() -> None:
-    for scope in ("operator", "metrics", "tenant:research", "tenant:vision"):
+def test_check_scope_takes_exactly_the_documented_forms() -> None:
+    for scope in (
+        "operator",
+        "metrics",
+        "tenant:research",
+        "tenant:vision",
+        "bridge",
+        "bridge:research",
+        "bridge:vision",
+    ):
         assert check_scope(scope, TREE) == scope
     with pytest.raises(InvalidInput, match="not in the tree"):
         check_scope("tenant:robotics", TREE)
+    with pytest.raises(InvalidInput, match="not in the tree"):
+        check_scope("bridge:robotics", TREE)
+
+
+def test_a_bridge_principal_acts_on_its_subtree_as_an_operator_names_claims() -> None:
+    vision = Principal("slurm", "bridge:vision")
+    assert vision.bridge and vision.subtree == "vision"
+    assert vision.tenant is None and not vision.operator and not vision.metrics_only
+    assert [e.id for e in TREE if vision.may_act_on(TREE, e.id)] == ["vision"]
+    whole = Principal("slurm", "bridge")
+    assert whole.bridge and whole.subtree is None
+    assert all(whole.may_act_on(TREE, e.id) for e in TREE)
+    assert not whole.may_act_on(TREE, "nobody")
+    assert not Principal("t", "tenant:vision").bridge
+
+
+def test_the_bridge_scope_for_mapped_entitlements_is_their_smallest_subtree() -> None:
+    assert bridge_scope(TREE, ["vision"]) == "bridge:vision"
+    assert bridge_scope(TREE, ["vision", "language"]) == "bridge:research"
+    assert bridge_scope(TREE, ["vision", "research"]) == "bridge:research"
+    assert bridge_scope(TREE, []) == "bridge"
+    two_roots = Tree([*TREE, Entitlement("other", 0, 0, 0)])
+    assert bridge_scope(two_roots, ["vision", "other"]) == "bridge"
+    with pytest.raises(InvalidInput, match="'nobody' is not in the tree"):
+        bridge_scope(TREE, ["vision", "nobody"])
 
 
 def test_a_metrics_principal_acts_on_nothing() -> None:

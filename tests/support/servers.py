@@ -137,6 +137,17 @@ def wait_ready(serve: Serve, timeout_s: float = 60) -> None:
     raise RuntimeError(f"pool serve not ready in {timeout_s} s:\n{serve.output()}")
 
 
+def wait_known(serve: Serve, token: str, timeout_s: float = 10) -> None:
+    """Wait until the running `pool serve` takes in a token added to its tokens.toml
+    (it watches the file: within a second, docs/api.md "Tokens")."""
+    deadline = time.monotonic() + timeout_s
+    with serve.client(token) as client:
+        while client.get("/v1/token").status_code == 401:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"pool serve never took the token in:\n{serve.output()}")
+            time.sleep(0.05)
+
+
 def sighup(serve: Serve) -> str:
     """Send SIGHUP; return what `pool serve` said about it (reloaded, or refused and why)."""
     seen = len(serve.output())

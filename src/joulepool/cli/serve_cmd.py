@@ -656,7 +656,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     a.add_argument(
         "--scope",
         required=True,
-        help="'operator', 'metrics' (reads /metrics only) or 'tenant:<entitlement id>'",
+        help="'operator', 'metrics' (reads /metrics only), 'tenant:<entitlement id>', or "
+        "'bridge' or 'bridge:<entitlement id>' (a workload manager's bridge: admits, reads, "
+        "reports and releases claims, and nothing else)",
     )
     a.add_argument("--name", help="a name for the token (default: from the scope)")
     a.add_argument(

@@ -5,7 +5,8 @@ checked as a dependency is checked after an anonymous client has made the servic
 buffer and parse whatever it sent. This ASGI middleware runs first, on every request:
 
 1. the bearer token, unless the path is public: no token or an unknown one is 401
-   before a byte of the body is read, and a `metrics` token anywhere but `/metrics` 403;
+   before a byte of the body is read, a `metrics` token anywhere but `/metrics` 403, and
+   a bridge token anywhere but the claim routes a workload manager's bridge calls 403;
 2. the declared `Content-Length`: over the limit is 413 `body_too_large` at once;
 3. the body itself, read here with a deadline and a running count, so a chunked body
    that passes the limit, or one trickled slower than the deadline, is refused (413, 408)
@@ -54,6 +55,24 @@ CLAIMS_PREFIX = "/v1/claims/"
 PROGRESS_SUFFIX = "/progress"
 CLAIM_PREFIX = "claim:"
 """The scope of a claim token's principal: `claim:<ledger id>` (API.md "Run time")."""
+
+BRIDGE_ROUTES = frozenset(
+    {
+        ("POST", "/v1/claims"),
+        ("GET", "/v1/claims"),
+        ("POST", "/v1/estimates"),
+        ("POST", "/v1/actions"),
+        ("GET", "/v1/entitlements"),
+        ("GET", "/v1/token"),
+    }
+)
+"""What a bridge token may call besides one claim's routes (docs/api.md, Tokens): admit
+(with the class estimate job_submit.lua asks first), list claims, report action outcomes,
+read entitlements (check-config maps accounts to them) and its own scope. Each route
+still confines it to its subtree."""
+
+BRIDGE_CLAIM_POSTS = ("/release", "/readings")
+"""What a bridge token may post to one claim: its release and its meter readings."""
 
 PRINCIPAL = "principal"
 """Where the middleware leaves the authenticated principal, in the request's state."""
@@ -109,6 +128,14 @@ class Boundary:
             if who.metrics_only and scope["path"] != METRICS_PATH:
                 await refuse(send, 403, "forbidden", "a metrics token reads /metrics only")
                 return
+            if who.bridge and not bridge_may(scope["method"], path):
+                await refuse(
+                    send,
+                    403,
+                    "forbidden",
+                    "a bridge token admits, reads, reports and releases its subtree's claims only",
+                )
+                return
             scope.setdefault("state", {})[PRINCIPAL] = who
         limit = self.limits.max_body_bytes
         declared = content_length(headers)
@@ -135,6 +162,17 @@ class Boundary:
         if claim is None or self.claim_tokens is None or not self.claim_tokens(claim, token):
             return None
         return Principal(f"claim {claim}", CLAIM_PREFIX + claim)
+
+
+def bridge_may(method: str, path: str) -> bool:
+    """Whether a bridge token may send `method` to `path` at all (docs/api.md, Tokens):
+    an allow-list, so a route added later is closed to bridges until it is named here."""
+    if (method, path) in BRIDGE_ROUTES:
+        return True
+    if method == "GET":
+        # `/ui/` holds the dashboard's static files only, no figure: answered as to anyone.
+        return path.startswith((CLAIMS_PREFIX, "/v1/entitlements/", "/ui/"))
+    return method == "POST" and path.startswith(CLAIMS_PREFIX) and path.endswith(BRIDGE_CLAIM_POSTS)
 
 
 def progress_claim(scope: Scope) -> str | None:

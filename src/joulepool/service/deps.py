@@ -139,6 +139,14 @@ async def operator(who: Principal = Depends(principal)) -> Principal:
     return who
 
 
+async def operator_or_bridge(who: Principal = Depends(principal)) -> Principal:
+    """An operator's or a bridge token's holder; 403 for any other (docs/api.md, Tokens). A
+    bridge's claim must still be found within its subtree (`routes.claims.visible_claim`)."""
+    if not (who.operator or who.bridge):
+        raise ApiError(403, "forbidden", "this needs an operator or a bridge token")
+    return who
+
+
 def require_scope(who: Principal, pool: Pool, entitlement: str) -> None:
     """403 unless `entitlement` is within the token's subtree (API.md, Tokens)."""
     if not who.may_act_on(pool.tree, entitlement):

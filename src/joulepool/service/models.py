@@ -306,6 +306,13 @@ class LedgerOut(BaseModel):
     witnessed_through: int | SkipJsonSchema[None] = None
 
 
+class TokenOut(BaseModel):
+    """The calling token's name and scope (docs/api.md, Tokens), never the token or its hash."""
+
+    name: str
+    scope: str
+
+
 class DerivedOut(BaseModel):
     """An earned estimate (§2.6)."""
 

@@ -3,12 +3,14 @@
 `DIR/tokens.toml` lists `[[token]]` tables of `name`, `sha256` and `scope` (and optionally
 `created` and `expires`, TOML offset date-times; a token past `expires` is refused as if
 unknown), where a scope is
-`operator`, `metrics` (reads `/metrics` and nothing else; API.md, Additions) or
-`tenant:<entitlement id>`. The token itself is printed once and never stored.
+`operator`, `metrics` (reads `/metrics` and nothing else; API.md, Additions),
+`tenant:<entitlement id>`, or `bridge` / `bridge:<entitlement id>` (a workload manager's
+bridge: admits, reads, reports and releases the claims of the whole tree or of one subtree,
+and nothing else; docs/api.md, Tokens). The token itself is printed once and never stored.
 
 The file is a trust boundary: it is refused as a whole, naming the file and the
 line of the offending `[[token]]` table, when other users may read or change it, when a
-token or a name is listed twice, or when a scope is anything but exactly one of those three,
+token or a name is listed twice, or when a scope is anything but exactly one of those,
 with an entitlement that is in the tree being served.
 """
 
@@ -37,10 +39,15 @@ from joulepool.tree import Tree
 OPERATOR = "operator"
 METRICS = "metrics"
 TENANT_PREFIX = "tenant:"
+BRIDGE = "bridge"
+BRIDGE_PREFIX = "bridge:"
 _FIELDS = frozenset({"name", "sha256", "scope"})
 _OPTIONAL = frozenset({"created", "expires"})
 _HEX = frozenset("0123456789abcdef")
-_SCOPES = "a scope is exactly 'operator', 'metrics' or 'tenant:<entitlement id>'"
+_SCOPES = (
+    "a scope is exactly 'operator', 'metrics', 'tenant:<entitlement id>', 'bridge' or "
+    "'bridge:<entitlement id>'"
+)
 # A `[[token]]` header alone on its line (TOML allows blanks inside the brackets, a quoted
 # key and a comment after it). Lines end in LF or CRLF, as tomllib counts them.
 _HEADER = re.compile(
@@ -50,7 +57,8 @@ _HEADER = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request acts as: an operator, a metrics scraper, or a tenant confined to one subtree."""
+    """Who a request acts as: an operator, a metrics scraper, a tenant confined to one
+    subtree, or a workload manager's bridge over the whole tree or one subtree."""
 
     name: str
     scope: str
@@ -72,13 +80,30 @@ class Principal:
             return None
         return self.scope[len(TENANT_PREFIX) :]
 
+    @property
+    def bridge(self) -> bool:
+        """Whether this is a bridge token: `bridge` or `bridge:<entitlement>` (docs/api.md,
+        Tokens). It submits plain claim ids, as an operator does, within its subtree."""
+        return self.scope == BRIDGE or self.scope.startswith(BRIDGE_PREFIX)
+
+    @property
+    def subtree(self) -> str | None:
+        """The entitlement at the root of the subtree this token is confined to: a tenant's
+        or a `bridge:<entitlement>`'s; None for one confined to no subtree (docs/api.md,
+        Tokens)."""
+        if self.scope.startswith(BRIDGE_PREFIX):
+            return self.scope[len(BRIDGE_PREFIX) :]
+        return self.tenant
+
     def may_act_on(self, tree: Tree, entitlement: str) -> bool:
         """Whether `entitlement` is in this principal's subtree (an operator's is everything,
-        a metrics token's nothing) (API.md, Tokens)."""
+        a `bridge` token's the whole tree, a metrics token's nothing) (API.md, Tokens)."""
         if self.operator:
             return True
-        tenant = self.tenant
-        return tenant is not None and entitlement in tree and tree.is_within(entitlement, tenant)
+        if self.scope == BRIDGE:
+            return entitlement in tree
+        root = self.subtree
+        return root is not None and entitlement in tree and tree.is_within(entitlement, root)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +130,12 @@ def _stray(text: str) -> bool:
 def scope_problem(scope: str, tree: Tree) -> str | None:
     """Why `scope` is no scope over `tree` (API.md, Tokens), or None when it is one.
 
-    Only `operator`, `metrics` and `tenant:<id>` with `<id>` in `tree` are scopes, exactly:
-    no case folding, no blanks, no control characters.
+    Only `operator`, `metrics`, `bridge`, and `tenant:<id>` or `bridge:<id>` with `<id>` in
+    `tree` are scopes, exactly: no case folding, no blanks, no control characters.
     """
-    if scope in (OPERATOR, METRICS):
+    if scope in (OPERATOR, METRICS, BRIDGE):
         return None
-    tenant = scope[len(TENANT_PREFIX) :] if scope.startswith(TENANT_PREFIX) else None
+    prefix, tenant = _rooted(scope)
     if tenant is not None and tenant in tree:
         return None
     if _stray(scope) or (tenant is not None and _stray(tenant)):
@@ -122,13 +147,36 @@ def scope_problem(scope: str, tree: Tree) -> str | None:
     if not tenant:
         return f"{scope!r} names no entitlement: {_SCOPES}"
     close = difflib.get_close_matches(tenant, [e.id for e in tree], n=1)
-    hint = f"; did you mean 'tenant:{close[0]}'?" if close else ""
+    hint = f"; did you mean '{prefix}{close[0]}'?" if close else ""
     return f"{scope!r} names entitlement {tenant!r}, which is not in the tree{hint}"
 
 
+def _rooted(scope: str) -> tuple[str, str | None]:
+    """The prefix and entitlement of a `tenant:<id>` or `bridge:<id>` scope; ("", None) for
+    any other."""
+    for prefix in (TENANT_PREFIX, BRIDGE_PREFIX):
+        if scope.startswith(prefix):
+            return prefix, scope[len(prefix) :]
+    return "", None
+
+
+def bridge_scope(tree: Tree, entitlements: list[str]) -> str:
+    """The narrowest bridge scope covering every one of `entitlements` (docs/api.md, Tokens;
+    docs/slurm.md, Installing): `bridge:<their nearest common ancestor>`, or `bridge` (the
+    whole tree) when they share none or none is given. Refused when one is not in `tree`."""
+    for ent in entitlements:
+        if ent not in tree:
+            raise InvalidInput("--map", f"entitlement {ent!r} is not in the tree")
+    if not entitlements:
+        return BRIDGE
+    common = [entitlements[0], *tree.ancestors(entitlements[0])]
+    root = next((c for c in common if all(tree.is_within(e, c) for e in entitlements)), None)
+    return BRIDGE if root is None else BRIDGE_PREFIX + root
+
+
 def check_scope(scope: str, tree: Tree) -> str:
-    """Refuse a scope that is not exactly `operator`, `metrics` or `tenant:<id in tree>`
-    (API.md, Tokens and Additions)."""
+    """Refuse a scope that is not exactly `operator`, `metrics`, `bridge`, or
+    `tenant:<id in tree>` or `bridge:<id in tree>` (API.md, Tokens and Additions)."""
     problem = scope_problem(scope, tree)
     if problem is not None:
         raise InvalidInput("scope", problem)
@@ -216,8 +264,8 @@ def _entry(table: object, tree: Tree | None, file: str, line: int) -> TokenEntry
         raise InvalidTokens(file, line, "sha256 must be 64 lowercase hex digits")
     if tree is None:
         # No tree to check against (a revoke beside a broken pool.toml): the shape only.
-        tenant = scope[len(TENANT_PREFIX) :] if scope.startswith(TENANT_PREFIX) else None
-        if scope not in (OPERATOR, METRICS) and (not tenant or _stray(tenant)):
+        tenant = _rooted(scope)[1]
+        if scope not in (OPERATOR, METRICS, BRIDGE) and (not tenant or _stray(tenant)):
             raise InvalidTokens(file, line, f"scope {scope!r} is not a scope: {_SCOPES}")
     elif (problem := scope_problem(scope, tree)) is not None:
         raise InvalidTokens(file, line, f"scope {problem}")
@@ -300,8 +348,8 @@ def read_tokens(path: Path, tree: Tree | None) -> list[TokenEntry]:
     A missing file is no tokens (every request is then 401). Anything else wrong refuses
     the file as a whole (`InvalidTokens`, naming the file and the line of the `[[token]]`
     table at fault): a mode that lets group or others in, a sha256 or a name listed twice
-    (whatever the scopes), a scope that is not exactly `operator`, `metrics` or
-    `tenant:<id>` with `<id>` in `tree`.
+    (whatever the scopes), a scope that is not exactly `operator`, `metrics`, `bridge`, or
+    `tenant:<id>` or `bridge:<id>` with `<id>` in `tree`.
     """
     where = str(path)
     text = _read_private(path)

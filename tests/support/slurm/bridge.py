@@ -286,12 +286,15 @@ def start_bridge(
     tls: dict[str, Path] | None = None,
     nodes: int = 1,
     dispatch: bool = False,
+    held_scope: str = "bridge:research",
 ) -> Bridge:
     """Bring up Pool, Slurm with the bridge installed, and the agent; `period` replaces
     the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default;
     with `tls` (certificate, key, CA), `pool serve` speaks only TLS and the bridge verifies it;
     with `dispatch`, slurmd runs the GPU scripts as pieces of prolog.d/epilog.d dispatchers
-    (`dispatch_pieces`; the site's pieces log to ROOT/site-pieces.log)."""
+    (`dispatch_pieces`; the site's pieces log to ROOT/site-pieces.log); the bridge holds a
+    token of `held_scope`: a bridge token over the mapped teams' subtree, as docs/slurm.md
+    installs it, unless a test asks for another (`"operator"`)."""
     require_slurm()
     interpreter = python_for("slurm")
     root = Path(tempfile.mkdtemp(prefix="joulepool-slurm-"))
@@ -305,8 +308,11 @@ def start_bridge(
         port = free_port()
         serve = serve_pool(deployment.folder, port, tls)
         started.append(lambda: serve.kill(signal.SIGTERM))
-        token = root / "operator.token"
-        token.write_text(deployment.operator)
+        held = (
+            deployment.operator
+            if held_scope == "operator"
+            else deployment.add_token("slurm-bridge", held_scope)
+        )
         etc = root / "etc"
         etc.mkdir()
         dcgm_port = free_port()
@@ -314,7 +320,7 @@ def start_bridge(
             etc,
             url=f"{'https' if tls else 'http'}://127.0.0.1:{port}",
             ca_file=None if tls is None else tls["ca"],
-            token=deployment.operator,
+            token=held,
             accounts=ACCOUNTS,
             cluster="pooltest",
             # The test machine is shared and slow; production keeps the 500 ms default.

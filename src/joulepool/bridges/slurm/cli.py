@@ -13,6 +13,8 @@ from joulepool.cli.output import add_json, emit, table
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from joulepool.bridges.slurm.install import Installed
+
 DEFAULT_CONFIG = Path("/etc/slurm/pool-bridge.toml")
 
 
@@ -202,7 +204,6 @@ def _node_zipapp(args: argparse.Namespace) -> int:
 
 def _install(args: argparse.Namespace) -> int:
     from joulepool.bridges.slurm.config import BridgeConfigError
-    from joulepool.bridges.slurm.install import install_config
 
     accounts = {}
     for pair in args.map or []:
@@ -210,7 +211,10 @@ def _install(args: argparse.Namespace) -> int:
         if not sep:
             raise BridgeConfigError(f"--map {pair}", "must be ACCOUNT=ENTITLEMENT")
         accounts[account] = ent
-    if args.token_from == "-":  # noqa: S105 (stdin, not a password)
+    minted: tuple[Path, str] | None = None
+    if args.pool_dir is not None:
+        token, minted = _bridge_token(args, accounts)
+    elif args.token_from == "-":  # noqa: S105 (stdin, not a password)
         token = sys.stdin.readline()
     else:
         try:
@@ -223,7 +227,37 @@ def _install(args: argparse.Namespace) -> int:
             raise BridgeConfigError(
                 f"--token-from {args.token_from}", "not a token: not UTF-8 text"
             ) from None
-    done = install_config(
+    try:
+        done = _install_files(args, token, accounts)
+    except BaseException:
+        if minted is not None:
+            # A token for files never written would be a live credential nobody holds.
+            from joulepool.cli.bridge_token import take_back
+
+            take_back(*minted)
+        raise
+    result = _installed(done)
+    if minted is not None:
+        result["token_name"] = minted[1]
+    emit(args, result, lambda c: _say_installed(c, result))
+    return 0
+
+
+def _bridge_token(
+    args: argparse.Namespace, accounts: dict[str, str]
+) -> tuple[str, tuple[Path, str]]:
+    """A new bridge token in the deployment at `--pool-dir` (docs/slurm.md, Installing)."""
+    from joulepool.cli.bridge_token import add_bridge_token
+
+    name = args.token_name or f"slurm-bridge-{args.cluster}"
+    token, path = add_bridge_token(args.pool_dir, name, sorted(set(accounts.values())))
+    return token, (path, name)
+
+
+def _install_files(args: argparse.Namespace, token: str, accounts: dict[str, str]) -> Installed:
+    from joulepool.bridges.slurm.install import install_config
+
+    return install_config(
         Path(args.etc),
         url=args.url,
         token=token,
@@ -241,22 +275,27 @@ def _install(args: argparse.Namespace) -> int:
         job_submit=not args.no_job_submit,
         node_python=args.node_python,
     )
-    result = {
+
+
+def _installed(done: Installed) -> dict[str, Any]:
+    return {
         "files": {k: str(v) for k, v in done.files.items()},
         "slurm_conf_lines": done.slurm_conf_lines,
         "agent": done.agent_command,
     }
 
-    def human(c: Console) -> None:
-        for path in done.files.values():
-            c.print(f"wrote {path}")
-        c.print("add to slurm.conf, then `scontrol reconfigure`:")
-        for line in done.slurm_conf_lines:
-            c.print(f"  {line}")
-        c.print(f"run the agent as root: {done.agent_command}")
 
-    emit(args, result, human)
-    return 0
+def _say_installed(c: Console, result: dict[str, Any]) -> None:
+    for path in result["files"].values():
+        c.print(f"wrote {path}")
+    if "token_name" in result:
+        c.print(
+            f"added the bridge token {result['token_name']!r} (pool token list shows its scope)"
+        )
+    c.print("add to slurm.conf, then `scontrol reconfigure`:")
+    for line in result["slurm_conf_lines"]:
+        c.print(f"  {line}")
+    c.print(f"run the agent as root: {result['agent']}")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -317,8 +356,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     i.add_argument("etc", metavar="ETC", help="the folder of slurm.conf, e.g. /etc/slurm")
     i.add_argument("--url", required=True, help="pool serve's address, http(s)://host:port")
     i.add_argument("--ca-file", type=Path, help="CAs vouching for pool serve's certificate (https)")
+    where = i.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--pool-dir",
+        metavar="DIR",
+        help="pool serve's deployment on this host: add a bridge token there, scoped to the "
+        "smallest subtree holding every --map entitlement, and install it",
+    )
+    where.add_argument(
+        "--token-from",
+        metavar="FILE",
+        help="a file holding a bridge token (pool token add DIR --scope bridge), or -",
+    )
     i.add_argument(
-        "--token-from", required=True, metavar="FILE", help="a file holding an operator token, or -"
+        "--token-name", help="the name of the token --pool-dir adds (slurm-bridge-CLUSTER)"
     )
     i.add_argument("--map", action="append", metavar="ACCOUNT=ENTITLEMENT", help="repeatable")
     i.add_argument("--cluster", default="slurm", help="part of every claim id (ClusterName)")

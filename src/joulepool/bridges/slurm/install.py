@@ -159,7 +159,7 @@ def install_config(
             )
     token = token.strip()
     if not token or any(c.isspace() for c in token):
-        raise BridgeConfigError("token", "must be one token (pool token add DIR --scope operator)")
+        raise BridgeConfigError("token", "must be one token (pool token add DIR --scope bridge)")
     try:
         owner = pwd.getpwnam(slurm_user)
     except KeyError:

@@ -80,6 +80,13 @@ class PoolClient:
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> PoolAnswer:
         """One request; a transport failure raises `PoolUnreachable`, an HTTP error is returned."""
+        status, raw = self.send(method, path, body)
+        return PoolAnswer(status, _json(raw))
+
+    def send(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None
+    ) -> tuple[int, bytes]:
+        """One request's status and raw body (API.md); `PoolUnreachable` on a transport failure."""
         data = None if body is None else json.dumps(body).encode()
         # read_bridge_config admits http(s):// URLs only, so no file: or custom scheme.
         req = urllib.request.Request(  # noqa: S310
@@ -92,19 +99,33 @@ class PoolClient:
             with urllib.request.urlopen(  # noqa: S310
                 req, timeout=self.timeout_s, context=self.context
             ) as resp:
-                return PoolAnswer(resp.status, _json(resp.read()))
+                return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
-            return PoolAnswer(exc.code, _json(exc.read()))
+            return exc.code, exc.read()
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PoolUnreachable(f"{self.url}: {reason}") from None
 
     def ledger_length(self) -> int:
-        """The ledger's length (API.md `GET /v1/ledger`): it grows on every admit and release."""
+        """The ledger's length, the size line of its public checkpoint (API.md
+        "Transparency", `GET /checkpoint`): it grows on every admit and release. Public, so
+        a bridge token, which may not read `GET /v1/ledger`, has it too. The checkpoint is
+        signed at most a second before it is served, so a change may show a pass late: the
+        agent then asks for its held jobs a pass later, never not at all."""
+        status, raw = self.send("GET", "/checkpoint")
+        lines = raw.split(b"\n", 2)
+        size = lines[1] if status == 200 and len(lines) == 3 else b""
+        if size.isdigit() and size.isascii() and len(size) <= 20:
+            return int(size)
+        # No checkpoint where the steward's id can be no origin (503 `no_origin`): an
+        # operator token still reads the length from the ledger's head.
         answer = self.call("GET", "/v1/ledger")
         length = answer.body.get("length")
         if answer.status != 200 or type(length) is not int:
-            raise PoolUnreachable(f"{self.url}/v1/ledger: HTTP {answer.status} {answer.error}")
+            raise PoolUnreachable(
+                f"{self.url}/checkpoint: HTTP {status}, and /v1/ledger: HTTP {answer.status} "
+                f"{answer.error}: no ledger length"
+            )
         return length
 
 

@@ -3,10 +3,11 @@
 The offline check reads the file and the token. This one asks the world the file points
 at, each answer a finding named so an operator can grep for it:
 
-- `token`: Pool knows the bridge's token and it has the operator scope (API.md, Tokens:
-  releasing a claim needs it), by `GET /v1/ledger`, which only an operator may read;
-- `entitlement:<account>`: each mapped entitlement exists in Pool's tree (§2.1), with the
-  closest existing name where one is misspelled;
+- `token`: Pool knows the bridge's token and its scope lets the bridge admit and release
+  claims: `bridge`, `bridge:<entitlement>` or `operator` (docs/api.md, Tokens), by
+  `GET /v1/token`, which tells any token its own scope;
+- `entitlement:<account>`: each mapped entitlement exists in Pool's tree (§2.1) and lies
+  within the token's scope, with the closest existing name where one is misspelled;
 - `slurm:<Key>`: Slurm's energy accounting (`scontrol show config`): without
   AcctGatherEnergyType, JobAcctGatherType and slurmdbd accounting the epilog has no figure
   and every job is charged its reservation at Estimator (§2.3);
@@ -91,35 +92,47 @@ def configured_dcgm_url(config: BridgeConfig) -> str | None:
 
 
 def check_pool(config: BridgeConfig) -> list[Finding]:
-    """The token's scope and each mapped entitlement, asked of Pool (API.md, Tokens; §2.1)."""
+    """The token's scope and each mapped entitlement, asked of Pool (docs/api.md, Tokens;
+    §2.1): the bridge admits, reads and releases claims, which a `bridge`,
+    `bridge:<entitlement>` or `operator` token may do."""
     client = PoolClient(config.url, read_token(config.token_file), 10.0, config.ca_file)
     try:
-        ledger = client.call("GET", "/v1/ledger")
-        listed = client.call("GET", "/v1/entitlements") if ledger.status == 200 else None
+        mine = client.call("GET", "/v1/token")
+        listed = client.call("GET", "/v1/entitlements") if mine.status == 200 else None
     except PoolUnreachable as exc:
         return [Finding("token", False, f"Pool is unreachable: {exc}")]
-    if ledger.status == 401:
+    if mine.status == 401:
         return [
             Finding(
                 "token",
                 False,
                 f"Pool at {config.url} does not know the token in {config.token_file} (or it "
-                "expired): `pool token add DIR --scope operator` makes one",
+                f"expired): {ADD_COMMAND} makes one",
             )
         ]
-    if ledger.status == 403:
+    scope = mine.body.get("scope")
+    if mine.status == 403 or (mine.status == 200 and not _bridge_may(scope)):
+        said = f"scope {scope!r}" if isinstance(scope, str) else "a scope"
         return [
             Finding(
                 "token",
                 False,
-                f"the token in {config.token_file} is not an operator's: the bridge releases "
-                "claims, which needs `--scope operator`",
+                f"the token in {config.token_file} has {said}, which may not admit and release "
+                f"claims: {ADD_COMMAND} makes one that may",
             )
         ]
-    if ledger.status != 200 or listed is None or listed.status != 200:
-        status = ledger.status if listed is None else listed.status
+    if mine.status != 200 or listed is None or listed.status != 200:
+        status = mine.status if listed is None else listed.status
         return [Finding("token", False, f"Pool answered HTTP {status}, not 200")]
-    found = [Finding("token", True, "known to Pool, scope operator")]
+    assert isinstance(scope, str)
+    found = [Finding("token", True, f"known to Pool, scope {scope}")]
+    # A `bridge:<entitlement>` token lists its own subtree only: an entitlement missing
+    # from the list may be outside it rather than outside the tree.
+    lacks = (
+        "which Pool's tree lacks"
+        if scope in ("bridge", "operator")
+        else (f"which Pool's tree lacks or the token's scope {scope!r} does not cover")
+    )
     rows = listed.body.get("entitlements")
     ids = sorted(
         str(r["id"]) for r in (rows if isinstance(rows, list) else []) if isinstance(r, dict)
@@ -134,10 +147,21 @@ def check_pool(config: BridgeConfig) -> list[Finding]:
             Finding(
                 f"entitlement:{account}",
                 False,
-                f"account {account} maps to '{entitlement}', which Pool's tree lacks{hint}",
+                f"account {account} maps to '{entitlement}', {lacks}{hint}",
             )
         )
     return found
+
+
+ADD_COMMAND = "`pool token add DIR --name slurm-bridge --scope bridge`"
+"""How an operator makes a token the bridge may use (docs/slurm.md)."""
+
+
+def _bridge_may(scope: object) -> bool:
+    """Whether a token of `scope` may admit, read and release claims (docs/api.md, Tokens)."""
+    return isinstance(scope, str) and (
+        scope in ("operator", "bridge") or scope.startswith("bridge:")
+    )
 
 
 def check_slurm(env: Mapping[str, str]) -> list[Finding]:

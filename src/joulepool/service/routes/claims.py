@@ -25,7 +25,7 @@ from joulepool.service.deps import (
     ApiError,
     acting,
     log,
-    operator,
+    operator_or_bridge,
     principal,
     require_scope,
     served,
@@ -61,13 +61,18 @@ async def submit(request: Request) -> Response:
         # them (claim_id.py); `Pool` checks an operator's id as it records it.
         check_claim_id(sent, "id")
         claim = dataclasses.replace(claim, id=namespaced(who.tenant, sent))
+    elif who.bridge:
+        # A bridge's ids are recorded as sent, as an operator's are (the Slurm bridge's
+        # `slurm-<cluster>-<uuid>` stay what sacct and the admin comment show), but plain:
+        # a `/` would name a tenant's namespace, which only the service writes in.
+        check_claim_id(sent, "id")
     started = time.perf_counter()
     decision = await committer.submit(claim)
     metrics.commit_seconds.observe(time.perf_counter() - started)
     out = decision.to_json()
     metrics.verdicts.record(committer.pool.tree, claim.entitlement, out, committer.pool.now_ms())
     out["claim"] = sent  # as the client named it, without the tenant's namespace
-    if request.query_params.get("with") == "claim_token" and who.operator:
+    if request.query_params.get("with") == "claim_token" and (who.operator or who.bridge):
         # For the workload manager to hand the job (API.md "Run time"): it may report that
         # claim's progress and nothing else, whatever the verdict.
         token = service.claim_token(claim.id)
@@ -99,11 +104,13 @@ async def submit(request: Request) -> Response:
 async def release(
     claim_id: str,
     request: Request,
-    who: Principal = Depends(operator),
+    who: Principal = Depends(operator_or_bridge),
     service: Service = Depends(served),
 ) -> Response:
     """Record a claim's end, charging its actual figure in place of its reservation (§6.2);
-    a figure above the physical ceiling is 422 `implausible_actual` unless overridden."""
+    a figure above the physical ceiling is 422 `implausible_actual` unless overridden. An
+    operator's or a bridge token's (docs/api.md, Tokens): a bridge's only within its
+    subtree, and a claim outside it is answered as one that does not exist."""
     from joulepool.views.plausibility import check_release, refusal
 
     body = fields(await json_body(request), ("actual",), ("override",))
@@ -114,6 +121,8 @@ async def release(
     metrics: Metrics = request.app.state.metrics
     committer = service.ready_committer()
     started = time.perf_counter()
+    if not who.operator:
+        await run_in_threadpool(visible_claim, committer.pool, who, claim_id)
     # The claim's state is read under the pool's lock: off the event loop, so a commit in
     # progress never stalls the admissions the loop is serving.
     finding = await run_in_threadpool(
@@ -165,7 +174,8 @@ def claim_state(
 
 def visible_claim(pool: Pool, who: Principal, claim_id: str) -> ClaimState:
     """The state of claim `claim_id` as `who` names it, or 404 `unknown_claim`: a claim the
-    token may not see is answered exactly like one that does not exist (API.md, Tokens)."""
+    token may not see is answered exactly like one that does not exist (API.md, Tokens).
+    A bridge token names ledger ids as they are, as an operator does, within its subtree."""
     found = (pool.claim_state(i) for i in lookup_ids(who.tenant, claim_id))
     state = next(
         (

@@ -62,9 +62,7 @@ async def estimates(
         pool = service.fresh_pool()
         if not who.operator:
             if scope is None:
-                raise ApiError(
-                    403, "forbidden", "a tenant token must name an entitlement in its scope"
-                )
+                raise ApiError(403, "forbidden", "this token must name an entitlement in its scope")
             require_scope(who, pool, scope)
         return pool.estimate(class_, scope, required).to_json()
 

@@ -13,8 +13,16 @@ from joulepool.live import parse_progress, parse_reading
 from joulepool.service import models as m
 from joulepool.service.body import BODY, documented, json_body
 from joulepool.service.boundary import CLAIM_PREFIX
-from joulepool.service.deps import ERRORS, ApiError, operator, principal, require_scope, served
+from joulepool.service.deps import (
+    ERRORS,
+    ApiError,
+    operator_or_bridge,
+    principal,
+    require_scope,
+    served,
+)
 from joulepool.service.live_models import ProgressIn, ReadingIn
+from joulepool.service.routes.claims import visible_claim
 from joulepool.service.served import Service
 from joulepool.service.tokens import Principal
 from joulepool.views.live import DEFAULT_PAGE, check_filter, live_claim_json, page
@@ -33,14 +41,17 @@ _CLAIM_ERRORS = {**ERRORS, 404: {"model": m.ErrorOut}, 409: {"model": m.ErrorOut
 async def readings(
     claim_id: str,
     request: Request,
-    _who: Principal = Depends(operator),
+    who: Principal = Depends(operator_or_bridge),
     service: Service = Depends(served),
 ) -> Response:
     """Keep a meter reading of a running claim: energy since its start readings, with its
     grade, and whose job it is (DESIGN.md §7); 409 `reading_out_of_order` or
-    `reading_decreased` for one that goes back."""
+    `reading_decreased` for one that goes back. An operator's or a bridge token's, a
+    bridge's for its subtree's claims only (docs/api.md, Tokens)."""
     reading, job = parse_reading(await json_body(request), BODY)
     pool = service.ready_pool()
+    if not who.operator:
+        await run_in_threadpool(visible_claim, pool, who, claim_id)
     await run_in_threadpool(pool.record_reading, claim_id, reading, job)
     return JSONResponse({"claim": claim_id, "at_ms": reading.at_ms})
 
@@ -83,21 +94,21 @@ def list_claims(
 ) -> Response:
     """Claims in ledger order with their live figures, a bounded page at a time (API.md
     "Run time"): `entitlement` (its subtree), `state`, `min_age_s`, `limit`, `cursor`; a
-    tenant token sees its own subtree only."""
+    tenant or `bridge:<entitlement>` token sees its own subtree only."""
     query = request.query_params
     known = {"entitlement", "state", "min_age_s", "limit", "cursor"}
     unknown = sorted(set(query) - known)
     if unknown:
         raise InvalidInput(unknown[0], "unknown query parameter")
     pool = service.fresh_pool()
-    if not (who.operator or who.tenant is not None):
-        raise ApiError(403, "forbidden", "this needs an operator or a tenant token")
+    if not (who.operator or who.subtree is not None or who.bridge):
+        raise ApiError(403, "forbidden", "this needs an operator, a tenant or a bridge token")
     entitlement = query.get("entitlement")
     if entitlement is not None and entitlement in pool.tree:
         require_scope(who, pool, entitlement)
     where = check_filter(
         pool,
-        who.tenant,
+        who.subtree,
         entitlement,
         query.get("state"),
         _figure(query.get("min_age_s"), "min_age_s"),

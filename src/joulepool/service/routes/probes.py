@@ -40,15 +40,30 @@ def readyz(service: Service = Depends(served)) -> Response:
     return JSONResponse(service.readiness())
 
 
+@router.get("/v1/token", response_model=m.TokenOut, responses={401: ERRORS[401]}, tags=["tokens"])
+async def token(who: Principal = Depends(principal)) -> Response:
+    """The calling token's name and scope (docs/api.md, Tokens): how a client such as
+    `pool slurm check-config --online` learns what its token may do without trying it."""
+    return JSONResponse({"name": who.name, "scope": who.scope})
+
+
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
-    responses={401: ERRORS[401]},
+    responses={
+        401: ERRORS[401],
+        403: {
+            "model": m.ErrorOut,
+            "content": {"application/json": {}},
+            "description": "a bridge token",
+        },
+    },
     tags=["probes"],
 )
 def prometheus(who: Principal = Depends(principal), seen: Metrics = Depends(metrics)) -> Response:
     """Prometheus text exposition; it needs a token (API.md, Additions). An operator or
-    `metrics` token reads every series; a tenant token reads its subtree's usage only."""
+    `metrics` token reads every series; a tenant token reads its subtree's usage only; a
+    bridge token none (403, docs/api.md "Tokens")."""
     from prometheus_client import CONTENT_TYPE_LATEST
 
     return Response(seen.exposition(who), media_type=CONTENT_TYPE_LATEST)
