@@ -22,13 +22,14 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from joulepool.acts import KINDS
 from joulepool.errors import InvalidInput
 from joulepool.files import fsync_dir
+from joulepool.tree import Tree
 
 ACTIONS = "actions.jsonl"
 MAX_LINE = 4096
@@ -167,6 +168,32 @@ class ActionLog:
             found = [r for r in self._records() if keep(r)]
         found.reverse()
         return found[:limit]
+
+
+def matching(
+    tree: Tree,
+    roots: Sequence[str] = (),
+    kind: str | None = None,
+    since_ms: int | None = None,
+    claim: str | None = None,
+) -> Callable[[dict[str, Any]], bool]:
+    """Which records a reader asked for (API.md `GET /v1/actions`, `pool actions`): within
+    every one of `roots`' subtrees (a tenant's root, an `entitlement` filter), of `kind`,
+    at or after `since_ms`, of `claim`."""
+    if kind is not None and kind not in LOG_KINDS:
+        raise InvalidInput("kind", f"must be one of {', '.join(LOG_KINDS)}")
+
+    def keep(record: dict[str, Any]) -> bool:
+        ent = record["entitlement"]
+        if any(not (ent in tree and tree.is_within(ent, root)) for root in roots):
+            return False
+        if kind is not None and record["kind"] != kind:
+            return False
+        if claim is not None and record["claim"] != claim:
+            return False
+        return since_ms is None or record["at_ms"] >= since_ms
+
+    return keep
 
 
 def open_action_log(folder: Path) -> ActionLog:

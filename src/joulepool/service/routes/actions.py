@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from joulepool.acts import ACTS
 from joulepool.checks import check_figure, check_keys
 from joulepool.claim_id import shown_id
-from joulepool.deployment.actions import LOG_KINDS, ActionLog
+from joulepool.deployment.actions import ActionLog, matching
 from joulepool.errors import ClaimError, InvalidInput
 from joulepool.grade import Energy
 from joulepool.live import MAX_TEXT
@@ -207,27 +207,13 @@ def list_actions(
         if entitlement not in tree:
             raise InvalidInput("entitlement", f"no entitlement {entitlement!r}")
         require_scope(who, pool, entitlement)
-    kind = query.get("kind")
-    if kind is not None and kind not in LOG_KINDS:
-        raise InvalidInput("kind", f"must be one of {', '.join(LOG_KINDS)}")
     since = _since(query.get("since_ms"))
     limit_text = query.get("limit")
     limit = 100 if limit_text is None else check_figure(_since(limit_text), "limit")
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput("limit", f"must be between 1 and {MAX_LIMIT}")
-    claim = query.get("claim")
     roots = [r for r in (who.tenant, entitlement) if r is not None]
-
-    def keep(record: dict[str, Any]) -> bool:
-        ent = record["entitlement"]
-        if any(not (ent in tree and tree.is_within(ent, root)) for root in roots):
-            return False
-        if kind is not None and record["kind"] != kind:
-            return False
-        if claim is not None and record["claim"] != claim:
-            return False
-        return since is None or record["at_ms"] >= since
-
+    keep = matching(tree, roots, query.get("kind"), since, query.get("claim"))
     found = log.read(keep, limit)
     out = [{**r, "claim": shown_id(who.tenant, r["claim"])} for r in found]
     return JSONResponse({"actions": out})
