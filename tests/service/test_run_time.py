@@ -342,3 +342,20 @@ def test_run_time_an_unsafe_claim_secret_turns_claim_tokens_off_not_the_service(
         assert "claim tokens are off" in serve.output() and "chmod 600" in serve.output()
     finally:
         serve.kill()
+
+
+def test_run_time_an_operator_may_ask_for_the_claims_own_token_with_its_verdict(
+    served: tuple[Deployment, Serve],
+) -> None:
+    d, serve = served
+    with serve.client(d.operator) as ops:
+        plain = ops.post("/v1/claims", json=claim("asked-0", "robotics")).json()
+        assert "claim_token" not in plain
+        asked = ops.post("/v1/claims?with=claim_token", json=claim("asked-1", "robotics")).json()
+    expected = pool_cli("claim-token", str(d.folder), "asked-1").stdout.strip()
+    assert asked["verdict"] == "admit" and asked["claim_token"] == expected
+    with serve.client(asked["claim_token"]) as job:
+        assert job.post("/v1/claims/asked-1/progress", json={"units": 1}).status_code == 200
+    with serve.client(d.tenants["robotics"]) as tenant:
+        mine = tenant.post("/v1/claims?with=claim_token", json=claim("asked-2", "robotics"))
+        assert mine.status_code == 200 and "claim_token" not in mine.json()

@@ -9,13 +9,23 @@ counter reset never makes the figure go back.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.slurm.bridge import WAIT_FOR_GO, Bridge, module_bridge, note_of
+import joulepool
+from tests.support.slurm.bridge import (
+    SUBMITTER,
+    WAIT_FOR_GO,
+    Bridge,
+    module_bridge,
+    note_of,
+    python_for,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -82,3 +92,29 @@ def test_design_s7_the_agent_posts_a_running_jobs_gpu_energy_and_power(bridge: B
         bridge.go(job_id)
     bridge.wait_released(note.claim)
     assert "live" not in bridge.claim(note.claim)
+
+
+def test_api_a_batch_job_reports_its_progress_from_the_environment_job_submit_gave_it(
+    bridge: Bridge,
+) -> None:
+    python = python_for(SUBMITTER)
+    src = Path(joulepool.__file__).resolve().parent.parent
+    script = (
+        f"export PYTHONPATH={shlex.quote(str(src))}\n"
+        f"{shlex.quote(python)} -m joulepool progress --units 5 --total 10 --unit batches\n"
+        'echo "progress rc=$? claim=$POOL_CLAIM"\n' + WAIT_FOR_GO + "\n"
+    )
+    job_id = bridge.submit("-A", "phys", "--comment=pool:estimate=1MJ", "--wrap", script)
+    note = note_of(bridge.wait_job(job_id, lambda j: j.state == "RUNNING"))
+    try:
+        output = bridge.bed.root / "jobs" / f"job-{job_id}.out"
+        deadline = time.monotonic() + 60
+        while "progress rc=" not in (output.read_text() if output.exists() else ""):
+            assert time.monotonic() < deadline, f"no progress line\n{bridge.logs()}"
+            time.sleep(0.2)
+        assert f"progress rc=0 claim={note.claim}" in output.read_text(), output.read_text()
+        live = bridge.claim(note.claim)["live"]
+        assert (live["units"], live["unit"], live["total"]) == (5, "batches", 10)
+    finally:
+        bridge.go(job_id)
+    bridge.wait_released(note.claim)

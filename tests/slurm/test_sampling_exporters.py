@@ -53,12 +53,26 @@ def test_design_s7_gpus_per_node_come_from_scontrol_show_job_d() -> None:
     assert expand_hostlist("gpu[01-03,7],login") == ["gpu01", "gpu02", "gpu03", "gpu7", "login"]
 
 
+@pytest.mark.parametrize(
+    "gres",
+    [
+        "Nodes=n[a-b] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)",
+        "Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:9(IDX:-)",
+        "Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0-999999999999)",
+        "Nodes=n[1-999999999999] CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)",
+    ],
+)
+def test_design_s7_a_job_detail_that_does_not_parse_is_refused_in_bounded_time(gres: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_job_detail(f"JobId=1 JobName=x\n     {gres}\n")
+
+
 def test_design_s7_dcgm_millijoules_become_exact_microjoules() -> None:
     text = Counters(2, 250, "n1").exposition()
     counters = dcgm_counters(text, "dcgm")
     assert set(counters) == {0, 1} and all(v % 1000 == 0 for v in counters.values())
     assert mj_text_to_uj("9007199254740993", "x") == 9007199254740993000  # past 2**53, exact
-    for bad in ("1.5", "-3", "NaN", "+Inf", "9.007199254740993e15", "x"):
+    for bad in ("1.5", "-3", "NaN", "+Inf", "9.007199254740993e15", "x", "1e999999999"):
         with pytest.raises(InvalidInput):
             mj_text_to_uj(bad, "x")
 
@@ -67,8 +81,10 @@ def test_design_s7_node_exporter_joules_become_the_microjoules_they_were_printed
     assert j_text_to_uj("123.456789", "x") == 123_456_789
     assert j_text_to_uj("1.234567890123e+06", "x") == 1_234_567_890_123
     assert j_text_to_uj("0.1", "x") == 100_000  # float64 text, the µJ it stood for
-    with pytest.raises(InvalidInput):
-        j_text_to_uj("3e+09", "x")  # 3 PJ printed as a float: it names no single µJ
+    assert j_text_to_uj("1e-999999999", "x") == 0
+    for bad in ("3e+09", "1e999999999"):  # 3e9 J names no single µJ
+        with pytest.raises(InvalidInput):
+            j_text_to_uj(bad, "x")
 
 
 def test_design_s7_a_reset_counter_never_makes_the_figure_go_back() -> None:

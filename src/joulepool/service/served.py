@@ -96,6 +96,12 @@ class Service:
     runtime: RuntimePolicy = DEFAULT_POLICY
     actions: ActionLog | None = None
 
+    def claim_token(self, claim_id: str) -> str | None:
+        """Claim `claim_id`'s own token, or None when claim tokens are off (API.md "Run time")."""
+        from joulepool.deployment.claim_tokens import claim_token
+
+        return None if self.claim_secret is None else claim_token(self.claim_secret, claim_id)
+
     def is_claim_token(self, claim_id: str, token: str) -> bool:
         """Whether `token` is claim `claim_id`'s own token (API.md "Run time")."""
         from joulepool.deployment.claim_tokens import is_claim_token

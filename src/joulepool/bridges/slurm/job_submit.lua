@@ -638,6 +638,23 @@ local function unreachable(job_desc, p, c, why)
     "Pool is unreachable (" .. why .. "); the job waits until Pool answers (fail-closed)")
 end
 
+-- What `pool progress` reads inside the job (API.md "Run time"): the service, the claim and
+-- the claim's own token, which may report that claim's progress and nothing else. Slurm
+-- sets a job's environment from here for batch jobs only.
+local function run_time_env(job_desc, p, c, answer)
+  if type(answer) ~= "table" or type(answer.claim_token) ~= "string" or job_desc.script == nil then
+    return
+  end
+  local ok, err = pcall(function()
+    job_desc.environment.POOL_URL = p.url
+    job_desc.environment.POOL_CLAIM = c.id
+    job_desc.environment.POOL_CLAIM_TOKEN = answer.claim_token
+  end)
+  if not ok then
+    slurm.log_info("pool bridge: claim %s: no run-time environment: %s", c.id, tostring(err))
+  end
+end
+
 function slurm_job_submit(job_desc, part_list, submit_uid)
   local cfg, cerr = read_config(CONFIG_PATH)
   if not cfg then
@@ -732,10 +749,11 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     -- The estimate is each task's; the array's claim carries every task's.
     c.estimate_uj = times(c.estimate_uj, tonumber(tasks)):gsub("^0+(%d)", "%1")
   end
-  local status, answer = post(p, token, "/v1/claims", claim_json(c))
+  local status, answer = post(p, token, "/v1/claims?with=claim_token", claim_json(c))
   if status == nil then
     return unreachable(job_desc, p, c, answer)
   end
+  run_time_env(job_desc, p, c, answer)
   if status == 422 then
     slurm.log_user("Pool refused the claim as invalid: " .. tostring(answer.detail))
     return slurm.ERROR

@@ -52,8 +52,12 @@ SCRAPE_TIMEOUT_S = 5.0
 MAX_EXPOSITION_BYTES = 8 * 1024 * 1024
 """An exporter's page larger than this is refused: a node has tens of GPUs, not millions."""
 MAX_TEXT = 256
+MAX_GPUS = 65_536
+"""The most GPUs one job's detail may list: a bound on a hostile range like IDX:0-999999999."""
 
 _EXACT = Context(prec=80)
+MAX_DIGITS = 24
+"""A counter's largest decimal exponent: 10**24 mJ or J is far past 2**64 µJ."""
 _FLOAT_EXACT_UJ = 2**51
 """Above this a float64 printed in J no longer names one µJ (as `meters.prometheus` says)."""
 
@@ -110,7 +114,10 @@ def _decimal(text: str, where: str) -> Decimal:
     except InvalidOperation:
         raise InvalidInput(where, f"the counter {text!r} is not a number") from None
     if not value.is_finite() or value < 0:
-        raise InvalidInput(where, f"the counter is {text}, not a figure")
+        raise InvalidInput(where, f"the counter is {text[:40]}, not a figure")
+    if value.adjusted() > MAX_DIGITS:
+        # Past any counter's range; and turning 1e999999999 into an int would never end.
+        raise InvalidInput(where, f"the counter {text[:40]} is past 10**{MAX_DIGITS}")
     return value
 
 
@@ -181,8 +188,10 @@ def expand_hostlist(text: str) -> list[str]:
         for item in m.group(2).split(","):
             lo, _, hi = item.partition("-")
             width = len(lo)
-            for i in range(int(lo), int(hi or lo) + 1):
-                names.append(f"{m.group(1)}{i:0{width}d}{m.group(3)}")
+            span = range(int(lo), int(hi or lo) + 1)
+            if len(names) + len(span) > MAX_GPUS:
+                raise ValueError("too many names")
+            names.extend(f"{m.group(1)}{i:0{width}d}{m.group(3)}" for i in span)
     return names
 
 
@@ -193,7 +202,10 @@ def expand_indices(text: str) -> list[int]:
         if not item:
             continue
         lo, _, hi = item.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
+        span = range(int(lo), int(hi or lo) + 1)
+        if len(out) + len(span) > MAX_GPUS:
+            raise ValueError("too many indices")
+        out.extend(span)
     return out
 
 
@@ -209,10 +221,17 @@ def parse_job_detail(text: str) -> JobDetail:
     """The GPU indices (`GRES=gpu:N(IDX:..)`) per node, and the job's name, from
     `scontrol show job -d` of one job."""
     gpus: dict[str, list[int]] = {}
-    for nodes, gres in _NODES.findall(text):
-        indices = [i for m in _GRES.finditer(gres) for i in expand_indices(m.group(1))]
-        for node in expand_hostlist(nodes):
-            gpus.setdefault(node, []).extend(indices)
+    try:
+        for nodes, gres in _NODES.findall(text):
+            indices = [i for m in _GRES.finditer(gres) for i in expand_indices(m.group(1))]
+            for node in expand_hostlist(nodes):
+                gpus.setdefault(node, []).extend(indices)
+    except ValueError:
+        raise InvalidInput(
+            "scontrol show job -d", "a node list or GPU index that does not parse"
+        ) from None
+    if sum(len(v) for v in gpus.values()) > MAX_GPUS:
+        raise InvalidInput("scontrol show job -d", f"more than {MAX_GPUS} GPUs")
     name_m = _NAME.search(text)
     name = name_m.group(1).strip() if name_m else None
     if name is not None and (not name or len(name) > MAX_TEXT or not name.isprintable()):
@@ -282,10 +301,9 @@ class Sampler:
         for job in running:
             try:
                 out = run_slurm(["scontrol", "show", "job", "-d", str(job.job_id)], self.env)
-            except SlurmCommandFailed as exc:
+                details[job.job_id] = parse_job_detail(out)
+            except (SlurmCommandFailed, InvalidInput) as exc:
                 self.log(f"job {job.job_id}: no GPU detail: {exc}")
-                continue
-            details[job.job_id] = parse_job_detail(out)
         pages: dict[str, dict[str, int] | None] = {}
         at_ms = time.time_ns() // 1_000_000
         holders: dict[str, list[str]] = {}
@@ -329,7 +347,7 @@ class Sampler:
                     pages[url] = {f"gpu{k}": v for k, v in dcgm_counters(text, url).items()}
                 else:
                     pages[url] = rapl_counters(text, url)
-            except (OSError, UnicodeDecodeError, PoolError, ValueError) as exc:
+            except (OSError, UnicodeDecodeError, PoolError, ValueError, ArithmeticError) as exc:
                 self.log(f"exporter {url}: {type(exc).__name__}: {exc}")
                 pages[url] = None
         return pages[url]

@@ -67,6 +67,12 @@ async def submit(request: Request) -> Response:
     out = decision.to_json()
     metrics.verdicts.record(committer.pool.tree, claim.entitlement, out, committer.pool.now_ms())
     out["claim"] = sent  # as the client named it, without the tenant's namespace
+    if request.query_params.get("with") == "claim_token" and who.operator:
+        # For the workload manager to hand the job (API.md "Run time"): it may report that
+        # claim's progress and nothing else, whatever the verdict.
+        token = service.claim_token(claim.id)
+        if token is not None:
+            out["claim_token"] = token
     if isinstance(decision.verdict, Admit):
         note(request.scope, sent, "admit")
     else:
