@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -157,6 +158,8 @@ class SlurmJob:
     """For a task of a job array, the array's job id."""
     started: bool = True
     """Whether it was given nodes (a job cancelled while pending never was)."""
+    restarts: int = 0
+    """How often it was requeued (scontrol's Restarts): each run's energy counts."""
 
     @property
     def exclusive(self) -> bool:
@@ -174,6 +177,7 @@ _RECORD = {
     "tres": re.compile(r"^   TRES=(\S*)$", re.M),
     "nodes": re.compile(r"^   NodeList=(\S*)$", re.M),
     "end": re.compile(r"^   StartTime=\S+ EndTime=(\S+) ", re.M),
+    "restarts": re.compile(r"^   Requeue=\d+ Restarts=(\d{1,9}) ", re.M),
 }
 _ADMIN = re.compile(r"^   AdminComment=(\S*) ?$", re.M)
 
@@ -213,6 +217,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 _epoch_s(first("end")),
                 int(first("array")) if first("array") else None,
                 first("nodes") not in ("", "(null)"),
+                int(first("restarts") or 0),
             )
         )
     # The tasks of one array share its note (Slurm copies it as each task starts).
@@ -331,7 +336,7 @@ def consumed_energy_uj(job_id: int, env: Mapping[str, str]) -> int | None:
     return job_energy(job_id, env).cpu_uj
 
 
-def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
+def job_energy(job_id: int, env: Mapping[str, str], requeued: bool = False) -> JobEnergy:
     """RAPL's figure for the job from sacct ConsumedEnergyRaw (joules → µJ), with its nodes
     and GPU count.
 
@@ -339,29 +344,34 @@ def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
     allocation); else, on one node, the largest step, since a batch job's `.batch` step spans
     the job and every other step runs inside it. A multi-node job with neither has no
     complete figure: steps overlap in time, so summing them would count joules twice.
+
+    `requeued`: the run that has just ended in a requeue (sacct's duplicates, `-D`: the
+    latest run recorded REQUEUED), not the job's latest record.
     """
+    argv = ["sacct", "-j", str(job_id), "-n", "-P"]
     out = run_slurm(
-        [
-            "sacct",
-            "-j",
-            str(job_id),
-            "-n",
-            "-P",
-            "-o",
-            "JobID,ConsumedEnergyRaw,NNodes,NodeList,AllocTRES",
-        ],
+        [*argv, *(["-D"] if requeued else []), "-o", _SACCT_RUN],
         env,
     )
+    # One group a run: the job's own line, then its steps.
+    runs: list[list[list[str]]] = []
+    for line in out.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) < 6:
+            continue
+        if cols[0] == str(job_id):
+            runs.append([])
+        if runs:
+            runs[-1].append(cols)
+    if requeued:
+        runs = [r for r in runs if r[0][5].split(" ")[0] == "REQUEUED"]
     job_line: int | None = None
     extern: int | None = None
     steps: list[int] = []
     nodes = 1
     node_list = ""
     gpus = 0
-    for line in out.splitlines():
-        cols = line.strip().split("|")
-        if len(cols) < 5:
-            continue
+    for cols in runs[-1] if runs else []:
         jid, raw, nn = cols[0], cols[1].strip(), cols[2].strip()
         figure = None if raw in _NO_FIGURE or not raw.isdigit() else int(raw) * 1_000_000
         if jid == str(job_id):
@@ -381,6 +391,9 @@ def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
     if nodes == 1 and steps:
         return JobEnergy(max(steps), names, gpus)
     return JobEnergy(None, names, gpus)
+
+
+_SACCT_RUN = "JobID,ConsumedEnergyRaw,NNodes,NodeList,AllocTRES,State"
 
 
 def _hostnames(node_list: str, env: Mapping[str, str]) -> tuple[str, ...]:
@@ -453,7 +466,12 @@ class Report:
 
 
 def job_figure(
-    job_id: int, exclusive: bool, gpus: int, env: Mapping[str, str], gpu_wait_s: float | None
+    job_id: int,
+    exclusive: bool,
+    gpus: int,
+    env: Mapping[str, str],
+    gpu_wait_s: float | None,
+    requeued: bool = False,
 ) -> tuple[int, str] | None:
     """One job's energy and grade (§2.3, §2.5), or None where any part has no figure.
 
@@ -463,7 +481,7 @@ def job_figure(
     counter covers other jobs too, so the job's figure is a split, ModelBased. The sum takes
     its weakest part's grade; a part with no figure leaves the whole without one.
     """
-    energy = job_energy(job_id, env)
+    energy = job_energy(job_id, env, requeued)
     if gpus > energy.gpus:
         # sacct lists GPUs only where slurm.conf accounts them (AccountingStorageTRES).
         energy = JobEnergy(energy.cpu_uj, energy.nodes, gpus)
@@ -523,6 +541,60 @@ def array_figure(
     return total, weakest(*grades)
 
 
+def run_detail(job: SlurmJob) -> str:
+    """Which run of a requeued job a `run` record is (its Restarts count when it ended)."""
+    return f"slurm job {job.job_id} restarts {job.restarts}"
+
+
+def record_run(
+    job: SlurmJob, client: PoolClient, env: Mapping[str, str], gpu_wait_s: float | None = None
+) -> dict[str, Any] | None:
+    """Keep a requeued run's energy in Pool's action log (DESIGN.md §7; API.md `POST
+    /v1/actions`, kind `run`), so the job's release charges every run (§6.2): its figure as
+    the epilog takes it, or null where it has none. None for a job that is not the bridge's
+    admitted one, or an array's task (an array's claim is settled task by task)."""
+    note = job.note
+    if note is None or note.state not in ADMITTED_STATES or note.tasks is not None:
+        return None
+    figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s, requeued=True)
+    body = {
+        "claim": note.claim,
+        "kind": "run",
+        "outcome": "recorded",
+        "job": str(job.job_id),
+        "detail": run_detail(job),
+        "energy": None if figure is None else {"uj": figure[0], "grade": figure[1]},
+    }
+    answer = client.call("POST", "/v1/actions", body)
+    if answer.status != 200:
+        raise PoolUnreachable(f"run of {note.claim}: HTTP {answer.status} {answer.error}")
+    return body
+
+
+def with_earlier_runs(
+    figure: tuple[int, str], claim: str, client: PoolClient
+) -> tuple[int, str] | None:
+    """A requeued job's last run plus every earlier run `record_run` kept (§6.2), graded
+    by the weakest (§2.3); None where an earlier run has no figure (no partial sum)."""
+    query = urllib.parse.urlencode({"claim": claim, "kind": "run", "limit": 1000})
+    answer = client.call("GET", f"/v1/actions?{query}")
+    if answer.status == 503 and answer.error == "no_action_log":
+        return figure
+    runs = answer.body.get("actions")
+    if answer.status != 200 or not isinstance(runs, list):
+        raise PoolUnreachable(f"earlier runs of {claim}: HTTP {answer.status} {answer.error}")
+    total, grades = figure[0], [figure[1]]
+    for run in runs:
+        evidence = run.get("evidence") if isinstance(run, dict) else None
+        uj = evidence.get("energy_uj") if isinstance(evidence, dict) else None
+        grade = evidence.get("grade") if isinstance(evidence, dict) else None
+        if type(uj) is not int or uj < 0 or grade not in GRADES:
+            return None
+        total += uj
+        grades.append(str(grade))
+    return total, weakest(*grades)
+
+
 def report_job(
     job: SlurmJob,
     client: PoolClient,
@@ -550,6 +622,8 @@ def report_job(
             return Report(job.job_id, note.claim, "array_running")
     else:
         figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s)
+        if figure is not None and job.restarts > 0:
+            figure = with_earlier_runs(figure, note.claim, client)
     if figure is not None:
         actual, grade = figure
     else:
