@@ -103,7 +103,9 @@ def test_design_s7_a_job_past_its_reservation_is_told_then_requeued_and_charged_
     actual = bridge.wait_released(note.claim, timeout_s=60)["actual"]
     # Both runs: the first's recorded figure plus the second's (3 s or more at 250 W).
     assert actual["uj"] >= first["energy_uj"] + 500_000_000, (actual, first, bridge.logs())
-    assert actual["grade"] in ("HwShunt", "ModelBased")
+    # The weakest run's grade: a run whose GPUs had no start reading counts its
+    # reservation, graded Estimator, never less than was measured.
+    assert actual["grade"] in ("ModelBased", "Estimator"), actual
     # Each act once, though the second run passed its reservation too.
     assert sorted(k for k in kinds(bridge, note.claim) if k[1] == "done") == [
         ("notice", "done"),
@@ -157,10 +159,14 @@ def test_design_s7_no_reading_or_stopped_readings_never_stop_a_job(bridge: Bridg
         # The stale state was logged once, however many passes saw it.
         withheld = actions(bridge, claim=quiet_note.claim, kind="withheld")
         assert [r["reason"] for r in withheld] == ["stale"]
+        # They end while the exporter is still away: nothing fresh ever said "over".
+        for job_id in (blind, quiet):
+            bridge.go(job_id)
+        for job_id in (blind, quiet):
+            bridge.wait_job(job_id, lambda j: j.state == "COMPLETED", timeout_s=90)
     finally:
         exporter.send_signal(signal.SIGCONT)
-    for job_id in (blind, quiet):
-        bridge.go(job_id)
     for n in (blind_note, quiet_note):
-        actual = bridge.wait_released(n.claim, timeout_s=60)["actual"]
+        actual = bridge.wait_released(n.claim, timeout_s=90)["actual"]
         assert actual["uj"] > 0, actual
+    assert not [k for k in kinds(bridge, quiet_note.claim) if k[0] in ("cancel", "requeue")]

@@ -571,28 +571,35 @@ def record_run(
     return body
 
 
-def with_earlier_runs(
-    figure: tuple[int, str], claim: str, client: PoolClient
-) -> tuple[int, str] | None:
-    """A requeued job's last run plus every earlier run `record_run` kept (§6.2), graded
-    by the weakest (§2.3); None where an earlier run has no figure (no partial sum)."""
+def earlier_runs(claim: str, client: PoolClient) -> list[tuple[int, str] | None]:
+    """The runs of a requeued job `record_run` kept (§6.2): each its figure, or None where
+    it had none; empty where the service keeps no action log."""
     query = urllib.parse.urlencode({"claim": claim, "kind": "run", "limit": 1000})
     answer = client.call("GET", f"/v1/actions?{query}")
     if answer.status == 503 and answer.error == "no_action_log":
-        return figure
+        return []
     runs = answer.body.get("actions")
     if answer.status != 200 or not isinstance(runs, list):
         raise PoolUnreachable(f"earlier runs of {claim}: HTTP {answer.status} {answer.error}")
-    total, grades = figure[0], [figure[1]]
+    out: list[tuple[int, str] | None] = []
     for run in runs:
         evidence = run.get("evidence") if isinstance(run, dict) else None
         uj = evidence.get("energy_uj") if isinstance(evidence, dict) else None
         grade = evidence.get("grade") if isinstance(evidence, dict) else None
-        if type(uj) is not int or uj < 0 or grade not in GRADES:
-            return None
-        total += uj
-        grades.append(str(grade))
-    return total, weakest(*grades)
+        ok = type(uj) is int and uj >= 0 and grade in GRADES
+        out.append((int(str(uj)), str(grade)) if ok else None)
+    return out
+
+
+def _reserved_uj(client: PoolClient, claim: str) -> int | None:
+    """The claim's reservation (`GET /v1/claims/{id}`), None for a claim Pool never admitted."""
+    state = client.call("GET", f"/v1/claims/{claim}")
+    if state.status == 404:
+        return None
+    reserved = state.body.get("reserved", {})
+    if state.status != 200 or not isinstance(reserved, dict) or type(reserved.get("uj")) is not int:
+        raise PoolUnreachable(f"GET claim {claim}: HTTP {state.status} {state.error}")
+    return int(reserved["uj"])
 
 
 def report_job(
@@ -616,28 +623,33 @@ def report_job(
     if note.state not in ADMITTED_STATES:
         return Report(job.job_id, note.claim, "not_admitted")
     figure: tuple[int, str] | None
+    runs: list[tuple[int, str] | None] | None = None
     if note.tasks is not None and job.array_job is not None:
         figure = array_figure(job, note, env, gpu_wait_s, settle_after_s)
         if figure is None:
             return Report(job.job_id, note.claim, "array_running")
     else:
         figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s)
-        if figure is not None and job.restarts > 0:
-            figure = with_earlier_runs(figure, note.claim, client)
-    if figure is not None:
+        if job.restarts > 0:
+            runs = [figure, *earlier_runs(note.claim, client)]
+    if runs is not None and len(runs) > 1:
+        # Every run counts (§6.2); one with no figure counts the reservation, graded
+        # Estimator, as an array's task does: never 0, never less than was measured.
+        reserved = None
+        if any(r is None for r in runs):
+            reserved = _reserved_uj(client, note.claim)
+            if reserved is None:
+                return Report(job.job_id, note.claim, "unknown_claim")
+        parts = [(reserved, "Estimator") if r is None else r for r in runs]
+        actual = sum(int(uj or 0) for uj, _ in parts)
+        grade = weakest(*(g for _, g in parts))
+    elif figure is not None:
         actual, grade = figure
     else:
-        state = client.call("GET", f"/v1/claims/{note.claim}")
-        if state.status == 404:
+        found = _reserved_uj(client, note.claim)
+        if found is None:
             return Report(job.job_id, note.claim, "unknown_claim")
-        reserved = state.body.get("reserved", {})
-        if (
-            state.status != 200
-            or not isinstance(reserved, dict)
-            or type(reserved.get("uj")) is not int
-        ):
-            raise PoolUnreachable(f"GET claim {note.claim}: HTTP {state.status} {state.error}")
-        actual, grade = reserved["uj"], "Estimator"
+        actual, grade = found, "Estimator"
     answer = client.call(
         "POST", f"/v1/claims/{note.claim}/release", {"actual": {"uj": actual, "grade": grade}}
     )
