@@ -3,6 +3,9 @@ measured, fresh evidence only, each act at most once, and pool.toml's `[runtime]
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -131,3 +134,32 @@ def test_acts_a_bad_runtime_table_is_refused_by_name(table: dict[str, object], f
     assert field in str(exc.value)
     with pytest.raises(InvalidInput):
         parse_runtime("cancel", "pool.toml")
+
+
+def pool_exec(case: dict[str, object]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "joulepool", "exec"],
+        input=json.dumps(case).encode(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_acts_pool_exec_gives_the_same_answer_and_refuses_by_name() -> None:
+    case: dict[str, object] = {
+        "op": "over_reservation",
+        "policy": {"over_reservation": "requeue", "margin_pct": 10},
+        "evidence": {"reserved_uj": RESERVED, "energy": {"uj": 110_000_001, "grade": "ModelBased"}},
+        "now_ms": NOW,
+        "done": ["notice"],
+    }
+    assert pool_exec(case) == {"kind": "requeue", "reason": "past_margin"}
+    unknown = {**case, "evidence": {"reserved_uj": RESERVED, "unknown": "stale"}}
+    assert pool_exec(unknown) == {"kind": "withheld", "reason": "stale"}
+    bad = pool_exec({**case, "done": ["shoot"]})
+    assert bad["error"] == "invalid_input" and "done" in str(bad["detail"])
+    bad = pool_exec({**case, "evidence": {"reserved_uj": -1}})
+    assert bad["error"] == "invalid_input" and "evidence.reserved_uj" in str(bad["detail"])
