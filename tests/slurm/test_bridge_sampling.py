@@ -118,3 +118,30 @@ def test_api_a_batch_job_reports_its_progress_from_the_environment_job_submit_ga
     finally:
         bridge.go(job_id)
     bridge.wait_released(note.claim)
+
+
+def test_design_s7_a_restarted_agent_without_start_readings_goes_on_from_the_services_figure(
+    bridge: Bridge,
+) -> None:
+    job_id = bridge.submit(
+        "-A", "phys", "--gres=gpu:1", "--comment=pool:estimate=1MJ", "--wrap", WAIT_FOR_GO
+    )
+    note = note_of(bridge.wait_job(job_id, lambda j: j.state == "RUNNING"))
+    try:
+        # Three seconds of one GPU at 250 W, so that losing them would show.
+        before = wait_live(bridge, note.claim, lambda v: (v["energy_uj"] or 0) >= 750 * 10**6)
+        # The Prolog's readings gone (a node-local folder the agent cannot see): the
+        # restarted agent takes its own baseline, and must not send the figure back to 0.
+        for start in (bridge.root / "gpu-state").glob(f"{job_id}.*.json"):
+            start.unlink()
+        bridge.restart_agent()
+        after = wait_live(bridge, note.claim, lambda v: v["at_ms"] > before["at_ms"] + 1500)
+        gained, elapsed_ms = (
+            after["energy_uj"] - before["energy_uj"],
+            after["at_ms"] - before["at_ms"],
+        )
+        # Everything since `before` is there on top of it (within a second's jitter).
+        assert gained >= GPU_W * 1000 * (elapsed_ms - 1000), (before, after)
+    finally:
+        bridge.go(job_id)
+    bridge.wait_released(note.claim)

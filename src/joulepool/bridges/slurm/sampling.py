@@ -264,6 +264,9 @@ class Track:
     claim: str
     counters: dict[str, Counter] = field(default_factory=dict)
     posted_uj: int | None = None
+    offset_uj: int = 0
+    """Energy the service already holds for the claim from before this agent started, when
+    the agent had to take its own baseline (no Prolog readings): counted on top of it."""
 
 
 @dataclass
@@ -328,8 +331,11 @@ class Sampler:
                 track = Track(job.note.claim)
                 self.tracks[job.job_id] = track
                 base_ms = self._baseline(job, detail, counters, track)
-                self._post(job, detail, track, base_ms, 0, "HwShunt")
+                if not self._post(job, detail, track, base_ms, 0, "HwShunt"):
+                    track.offset_uj = self._held_uj(track.claim)
             energy = self._energy(job, counters, track, holders)
+            if energy is not None:
+                energy = (energy[0] + track.offset_uj, energy[1])
             if energy is not None and self._post(job, detail, track, at_ms, *energy):
                 sent += 1
         return sent
@@ -425,6 +431,14 @@ class Sampler:
                 grade = "ModelBased"
             total += spent
         return (total, grade) if counters else None
+
+    def _held_uj(self, claim: str) -> int:
+        """The energy so far the service holds for `claim` (a restarted agent goes on from
+        it, so its figure never goes back); 0 when it holds none."""
+        answer = self.client.call("GET", "/v1/claims/" + urllib.parse.quote(claim, safe=""))
+        live = answer.body.get("live") if answer.status == 200 else None
+        held = live.get("energy_uj") if isinstance(live, dict) else None
+        return held if type(held) is int and held >= 0 else 0
 
     def _post(
         self, job: SlurmJob, detail: JobDetail, track: Track, at_ms: int, uj: int, grade: str
