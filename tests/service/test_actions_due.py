@@ -80,6 +80,16 @@ def test_actions_notice_then_the_act_each_once_recorded_with_evidence(
                 ops.post("/v1/claims/cool/readings", json=reading(t + s * 1000, uj // 100))
             due = due_of(ops)
             assert set(due) == {"hot"}
+            # `pool actions --due` prints what the API answers.
+            token = d.folder.parent / "ops.token"
+            token.write_text(d.operator)
+            cli = pool_cli(
+                "actions", "--due", "--url", serve.url, "--token-file", str(token), "--json"
+            )
+            shown_due = json.loads(cli.stdout)
+            assert [(x["claim"], x["kind"], x["evidence"]) for x in shown_due["due"]] == [
+                (x["claim"], x["kind"], x["evidence"]) for x in due.values()
+            ]
             hot = due["hot"]
             assert (hot["kind"], hot["reason"], hot["job"]) == ("notice", "reached", "77")
             assert hot["evidence"]["energy_uj"] == RESERVED
