@@ -180,7 +180,7 @@ def test_actions_hostile_reports_are_refused_by_name(deployment: Deployment) -> 
                 ({"claim": "run", "kind": "cancel", "outcome": "maybe"}, "outcome"),
                 ({"claim": "run", "kind": "cancel", "outcome": "done", "x": 1}, "x"),
                 ({"claim": "run", "kind": "cancel", "outcome": "done", "job": "a\nb"}, "job"),
-                ({"claim": "run", "kind": "run", "outcome": "recorded"}, "energy"),
+                ({"claim": "run", "kind": "run", "outcome": "recorded"}, "detail"),
             ):
                 answer = ops.post("/v1/actions", json=body)
                 assert answer.status_code == 422 and field in answer.json()["detail"], body
@@ -203,3 +203,28 @@ def test_actions_hostile_reports_are_refused_by_name(deployment: Deployment) -> 
     finally:
         serve.kill()
     assert sum(1 for _ in (d.folder / ACTIONS).open()) == 1
+
+
+def test_actions_the_bridge_reads_a_requeued_jobs_earlier_runs_back(deployment: Deployment) -> None:
+    from joulepool.bridges.slurm.jobs import PoolClient, earlier_runs
+
+    d = deployment
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            assert ops.post("/v1/claims", json=claim("again")).json()["verdict"] == "admit"
+            client = PoolClient(serve.url, d.operator, 10.0)
+            assert earlier_runs("again", client) == []
+            for n, energy in enumerate(({"uj": 7 * J, "grade": "HwShunt"}, None)):
+                run = {
+                    "claim": "again",
+                    "kind": "run",
+                    "outcome": "recorded",
+                    "detail": f"slurm job 9 restarts {n}",
+                    "energy": energy,
+                }
+                assert ops.post("/v1/actions", json=run).status_code == 200
+        # Newest first; a run with no figure is None, never 0.
+        assert earlier_runs("again", client) == [None, (7 * J, "HwShunt")]
+    finally:
+        serve.kill()

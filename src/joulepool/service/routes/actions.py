@@ -125,9 +125,10 @@ def _report(service: Service, body: object) -> tuple[dict[str, Any], bool]:
     now = pool.now_ms()
     evidence: dict[str, Any]
     if kind == "run":
-        if "energy" not in obj or detail is None:
-            raise InvalidInput(BODY, "a run needs its energy and, in detail, which run it was")
-        energy = obj["energy"]
+        if detail is None:
+            raise InvalidInput(f"{BODY}.detail", "a run needs, in detail, which run it was")
+        # Absent (or null): the run has no figure, which its release counts as unknown.
+        energy = obj.get("energy")
         run = None if energy is None else Energy.from_json(energy, f"{BODY}.energy")
         evidence = {
             "energy_uj": None if run is None else run.uj,
