@@ -630,8 +630,12 @@ def report_job(
             return Report(job.job_id, note.claim, "array_running")
     else:
         figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s)
-        if job.restarts > 0:
-            runs = [figure, *earlier_runs(note.claim, client)]
+        # Asked for every job: one released by the agent from sacct's record no longer
+        # knows its Restarts. A run whose epilog never reached Pool (fewer kept than
+        # Restarts) counts as a run with no figure, never as none at all.
+        kept = earlier_runs(note.claim, client)
+        missing: list[tuple[int, str] | None] = [None] * max(0, job.restarts - len(kept))
+        runs = [figure, *kept, *missing]
     if runs is not None and len(runs) > 1:
         # Every run counts (§6.2); one with no figure counts the reservation, graded
         # Estimator, as an array's task does: never 0, never less than was measured.
