@@ -14,7 +14,7 @@ import pytest
 
 from joulepool.deployment.actions import ACTIONS
 from joulepool.deployment.config import CONFIG
-from tests.support.servers import Deployment, pool_cli, start_serve
+from tests.support.servers import Deployment, pool_cli, sighup, start_serve
 
 J = 10**6
 RESERVED = 100_000 * J
@@ -226,5 +226,26 @@ def test_actions_the_bridge_reads_a_requeued_jobs_earlier_runs_back(deployment: 
                 assert ops.post("/v1/actions", json=run).status_code == 200
         # Newest first; a run with no figure is None, never 0.
         assert earlier_runs("again", client) == [None, (7 * J, "HwShunt")]
+    finally:
+        serve.kill()
+
+
+def test_actions_a_reloaded_runtime_table_is_in_force_at_once(deployment: Deployment) -> None:
+    d = deployment
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            assert ops.post("/v1/claims", json=claim("over")).json()["verdict"] == "admit"
+            ops.post("/v1/claims/over/readings", json=reading(now_ms(), 2 * RESERVED))
+            assert due_of(ops)["over"]["kind"] == "notice"
+            config = d.folder / CONFIG
+            config.write_text(config.read_text().replace('"cancel"', '"report"'))
+            assert "configuration reloaded" in sighup(serve)
+            answer = ops.get("/v1/actions/due").json()
+            assert answer["policy"]["over_reservation"] == "report"
+            assert [(x["claim"], x["kind"]) for x in answer["due"]] == [("over", "report")]
+        # People read the same log as a table.
+        table = pool_cli("actions", str(d.folder)).stdout
+        assert "over" in table and "report" in table and "reported" in table
     finally:
         serve.kill()
