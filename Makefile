@@ -6,7 +6,7 @@ STAMP := $(VENV)/.joulepool-installed
 # CI pins every package with a constraints file; a developer's machine takes the ranges.
 CONSTRAINTS ?=
 
-.PHONY: run test lint typecheck conformance bench clean
+.PHONY: run test lint typecheck conformance bench clean man
 
 # Everything, to run and test it all: the controller with every extra its tests drive, and
 # the simulator's own distribution (sim/), both editable.
@@ -34,6 +34,11 @@ conformance: $(STAMP)
 
 test: lint typecheck conformance
 	$(BIN)/pytest
+
+# Manual pages, written from the command line's own parser (`pool man`): built, not kept, so
+# they can never disagree with `pool --help`. `man -l docs/man/pool-usage.1` reads one.
+man: $(STAMP)
+	$(BIN)/pool man --output docs/man
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/decide.py

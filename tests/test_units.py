@@ -75,6 +75,8 @@ def test_a_column_takes_one_unit_from_its_largest_figure() -> None:
     assert column([1], "uj").show(13_100_900_002_000) == "13,100,900,002,000"
     assert column([1], "j").show(13_100_900_002_000) == "13,100,900.002"
     assert column([1], "kwh").show(3_600 * 10**9) == "1.000000"
+    assert column([1], "KWH") == column([1], "kWh") == Column("kWh", 6)
+    assert column([1], "mj") == column([1], "MJ") == Column("MJ", 3)
     assert energy_text(4 * 10**12) == "4 MJ"
     assert energy_text(4 * 10**12 + 1) == "4.000 MJ (4,000,000,000,001 µJ)"
 
@@ -109,3 +111,16 @@ def test_pool_admit_takes_energies_with_units(tmp_path: object) -> None:
         check=False,
     )
     assert r.returncode == 2 and "not a whole number" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_figure_that_is_not_zero_never_shows_as_zero() -> None:
+    col = column([50 * 10**12])
+    assert col.show(1) == "<0.001" and col.show(0) == "0.000"
+    assert col.show(499_999_999) == "<0.001"  # under half of the last place shown
+    assert col.show(500_000_001) == "0.001"
+    assert column([1], "kwh").show(1) == "<0.000001"
+
+
+def test_a_display_unit_outside_the_list_is_refused_naming_the_list() -> None:
+    with pytest.raises(InvalidInput, match="uJ, J, kJ, MJ, GJ, kWh"):
+        column([1], "Wh")

@@ -7,6 +7,7 @@ ledger entry can carry (DESIGN.md §3, "Edge cases, pinned").
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -77,3 +78,12 @@ def check_keys(
 def join_field(where: str, name: str) -> str:
     """A field's dotted path inside `where`."""
     return f"{where}.{name}" if where else name
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`"; did you mean 'vision'?"` when `name` is a near miss of one of `known` (difflib's
+    ratio of at least 0.6), else "": the hint of an unknown key or id (docs/operations.md)."""
+    near = difflib.get_close_matches(name, list(known), n=2, cutoff=0.6)
+    if not near:
+        return ""
+    return "; did you mean " + " or ".join(repr(n) for n in near) + "?"

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from joulepool.checks import check_figure, check_keys
+from joulepool.checks import check_figure, check_keys, did_you_mean
 from joulepool.errors import InvalidInput, InvalidTree
+from joulepool.units import energy_text
 
 _REQUIRED_FIELDS = ("id", "guarantee_uj", "guarantee_devices", "over_quota_weight")
 _OPTIONAL_FIELDS = ("parent", "limit_uj", "priority")
@@ -54,7 +55,8 @@ class Entitlement:
                 raise InvalidTree(
                     self.id,
                     "limit_uj",
-                    f"limit_uj {self.limit_uj} is below guarantee_uj {self.guarantee_uj}",
+                    f"limit_uj {self.limit_uj} ({energy_text(self.limit_uj)}) is below "
+                    f"guarantee_uj {self.guarantee_uj} ({energy_text(self.guarantee_uj)})",
                 )
 
     @classmethod
@@ -68,9 +70,11 @@ class Entitlement:
         try:
             fields = check_keys(obj, where, _REQUIRED_FIELDS, _OPTIONAL_FIELDS)
         except InvalidInput as exc:
-            raise InvalidTree(
-                node_id, exc.field, exc.detail.rsplit(": ", 1)[-1], structural=False
-            ) from None
+            reason = exc.detail.rsplit(": ", 1)[-1]
+            if reason == "unknown field":
+                key = exc.field.rsplit(".", 1)[-1]
+                reason += did_you_mean(key, (*_REQUIRED_FIELDS, *_OPTIONAL_FIELDS))
+            raise InvalidTree(node_id, exc.field, reason, structural=False) from None
         return cls(
             id=fields["id"],
             parent=fields.get("parent"),
@@ -132,7 +136,10 @@ class Tree:
             if parent is None:
                 continue
             if parent not in by_id:
-                raise InvalidTree(node_id, "parent", f"names {parent!r}, which is not in the tree")
+                hint = did_you_mean(parent, order)
+                raise InvalidTree(
+                    node_id, "parent", f"names {parent!r}, which is not in the tree{hint}"
+                )
             children.setdefault(parent, []).append(node_id)
         _refuse_cycles(by_id, order)
         self._by_id = by_id

@@ -109,8 +109,21 @@ def parse_energy(text: str, where: str, *, bare: str = "uJ") -> int:
 
 AUTO_UNITS = ("J", "kJ", "MJ", "GJ")
 """The units `auto` chooses among for a column: the largest its biggest figure reaches."""
-UNIT_CHOICES = ("auto", "kwh", "j", "uj")
-"""`--units` of `pool usage`."""
+UNIT_CHOICES = ("auto", "uJ", "J", "kJ", "MJ", "GJ", "kWh")
+"""`--units` of `pool usage`, `pool claims` and `pool report`, in any case: a display unit
+is chosen, not typed as a figure, so `mj` (which `parse_energy` refuses as ambiguous)
+can only mean MJ here: millijoules are never a display unit."""
+_UNIT_BY_FOLDED = {u.casefold(): u for u in UNIT_CHOICES}
+_UNIT_BY_FOLDED["µj"] = _UNIT_BY_FOLDED["μj"] = "uJ"
+
+
+def display_unit(text: str, where: str = "--units") -> str:
+    """`--units` as written, in any case, as its one spelling in `UNIT_CHOICES`
+    (DESIGN.md "Figures as people type and read them"); anything else is refused naming them."""
+    unit = _UNIT_BY_FOLDED.get(text.strip().casefold())
+    if unit is None:
+        raise InvalidInput(where, f"{text!r}: one of {', '.join(UNIT_CHOICES)} (any case)")
+    return unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +135,9 @@ class Column:
 
     def show(self, value: int | None) -> str:
         """`value` µJ in this column's unit: exact for µJ and J, else to `places` decimals
-        (round half even; `--json` and `--units uj` carry the exact integer)."""
+        (round half even; `--json` and `--units uj` carry the exact integer). A figure that
+        is not 0 never reads 0: below half the last place it is `<0.001`, since a team that
+        spent something must not read as having spent nothing."""
         if value is None:
             return "-"
         if self.unit == "uJ":
@@ -133,6 +148,8 @@ class Column:
             return f"{whole:,}" if rest == 0 else f"{whole:,}.{rest:06d}".rstrip("0")
         quantum = Decimal(1).scaleb(-self.places)
         shown = (Decimal(value) / Decimal(per)).quantize(quantum, rounding=ROUND_HALF_EVEN)
+        if value != 0 and shown == 0:
+            return f"<{quantum:.{self.places}f}"
         return f"{shown:,.{self.places}f}"
 
     @property
@@ -142,16 +159,18 @@ class Column:
 
 
 def column(values: Sequence[int | None], units: str = "auto") -> Column:
-    """The unit a column of µJ figures is shown in: `units` as `--units` names it, or for
-    `auto` the largest of J, kJ, MJ, GJ that its biggest figure reaches, to 3 decimals."""
-    if units == "uj":
+    """The unit a column (or a whole table) of µJ figures is shown in: `units` as `--units`
+    names it, in any case, or for `auto` the largest of J, kJ, MJ, GJ that its biggest figure
+    reaches, to 3 decimals (DESIGN.md "Figures as people type and read them")."""
+    unit = display_unit(units)
+    if unit == "uJ":
         return Column("uJ", 0)
-    if units == "j":
+    if unit == "J":
         return Column("J", 6)
-    if units == "kwh":
+    if unit == "kWh":
         return Column("kWh", 6)
-    if units != "auto":
-        raise InvalidInput("--units", f"{units!r}: one of {', '.join(UNIT_CHOICES)}")
+    if unit != "auto":
+        return Column(unit, 3)
     top = max((v for v in values if v is not None), default=0)
     chosen = "J"
     for unit in AUTO_UNITS:

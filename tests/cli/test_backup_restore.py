@@ -158,7 +158,7 @@ def test_s6_1_restore_of_a_fork_states_the_loss_and_needs_consent(tmp_path: Path
     """a backup as long as the deployment or longer, of a copy that went its own way,
     replaces acknowledged entries: a loss, stated and refused without consent."""
     folder = tmp_path / "dep"
-    run("init", str(folder))
+    run("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     admit(folder, "a")
     run("release", str(folder), "a", "--actual-uj", str(2 * MJ), "--grade", "HwShunt")
     fork = tmp_path / "fork"
@@ -201,7 +201,7 @@ def test_s6_1_restore_of_an_extension_loses_nothing(tmp_path: Path) -> None:
     """a backup that holds everything acknowledged and more (the deployment's ledger cut
     back, its record intact) restores without consent."""
     folder = tmp_path / "dep"
-    run("init", str(folder))
+    run("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     admit(folder, "a")
     early = tmp_path / "early"
     shutil.copytree(folder, early)
@@ -216,7 +216,7 @@ def test_s6_1_restore_of_another_stewards_backup_is_refused_even_with_accept_los
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "dep"
-    run("init", str(folder))
+    run("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     admit(folder, "a")
     before = _tree(folder)
     for steward in ("steward", "elsewhere"):
@@ -249,7 +249,7 @@ def test_s6_1_backups_keep_secrets_private_and_a_restore_serves_and_says_what_is
     from tests.support.servers import start_serve
 
     folder = tmp_path / "dep"
-    run("init", str(folder))
+    run("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     token = run("token", "add", str(folder), "--scope", "operator")["token"]
     admit(folder, "a")
     keyed = tmp_path / "keyed"
@@ -290,7 +290,7 @@ def test_s6_1_restore_over_a_ledger_that_does_not_open_still_compares_history(
     """a deployment whose record is gone (it no longer opens) still shows the history its
     file begins with: a fork's backup over it is a loss, its usage unknown."""
     folder = tmp_path / "dep"
-    run("init", str(folder))
+    run("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     admit(folder, "a")
     fork = tmp_path / "fork"
     shutil.copytree(folder, fork)

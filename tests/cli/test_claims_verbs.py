@@ -11,7 +11,7 @@ from tests.cli.test_pool_cli_e2e import MJ, admit, pool, pool_json
 
 def deployment(tmp_path: Path) -> Path:
     folder = tmp_path / "d"
-    pool("init", str(folder))
+    pool("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     admit(folder, "v1", "vision", 4 * MJ, "HwShunt")
     admit(folder, "v2", "vision", 1 * MJ, "HwShunt")
     admit(folder, "l1", "language", 2 * MJ, "HwShunt")

@@ -52,7 +52,7 @@ def admit(
 
 def test_init_admit_until_queued_release_restart_verify(tmp_path: Path) -> None:
     folder = tmp_path / "deploy"
-    pool("init", str(folder))
+    pool("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     assert (folder / "steward.key").stat().st_mode & 0o777 == 0o600
     # robotics: 20 MJ, 4 devices. Guesses of 6 MJ fit three times; the fourth would borrow.
     verdicts = [admit(folder, f"job-{i}", "robotics", 6 * MJ) for i in range(4)]
@@ -97,7 +97,7 @@ def test_init_admit_until_queued_release_restart_verify(tmp_path: Path) -> None:
 
 def test_errors_are_one_line_and_append_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "deploy"
-    pool("init", str(folder))
+    pool("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     admit(folder, "job-1", "vision", MJ)
     size = (folder / "ledger.cbor").stat().st_size
     dup = pool(
@@ -127,7 +127,7 @@ def test_errors_are_one_line_and_append_nothing(tmp_path: Path) -> None:
 
 def test_a_broken_tree_names_file_node_and_field(tmp_path: Path) -> None:
     folder = tmp_path / "deploy"
-    pool("init", str(folder))
+    pool("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     config = folder / "pool.toml"
     config.write_text(
         config.read_text().replace("guarantee_devices = 4", "guarantee_devices = -4", 1)
@@ -140,7 +140,7 @@ def test_a_broken_tree_names_file_node_and_field(tmp_path: Path) -> None:
 
 def test_a_second_writer_is_refused_while_one_holds_the_ledger(tmp_path: Path) -> None:
     folder = tmp_path / "deploy"
-    pool("init", str(folder))
+    pool("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     holder = subprocess.Popen(
         [
             sys.executable,

@@ -1,4 +1,4 @@
-"""`pool usage`: every figure readable without a manual. One unit per column,
+"""`pool usage` and `pool claims`: every figure readable without a manual. One unit per table,
 interior nodes with their subtree's totals marked Σ, nothing cut when piped, exact µJ in
 `--json` with the new fields beside the old."""
 
@@ -11,14 +11,14 @@ from tests.cli.test_pool_cli_e2e import MJ, admit, pool, pool_json
 
 def deployment(tmp_path: Path) -> Path:
     folder = tmp_path / "d"
-    pool("init", str(folder))
+    pool("init", str(folder), "--no-power-ceiling")  # releases of MJ a moment after admission
     admit(folder, "v1", "vision", 4 * MJ, "HwShunt")
     admit(folder, "l1", "language", 13_100_900_002_000)
     pool("release", str(folder), "l1", "--actual", "2MJ", "--grade", "HwShunt")
     return folder
 
 
-def test_usage_piped_is_plain_text_never_cut_one_unit_per_column(tmp_path: Path) -> None:
+def test_usage_piped_is_plain_text_never_cut_one_unit_per_table(tmp_path: Path) -> None:
     folder = deployment(tmp_path)
     out = pool("usage", str(folder)).stdout
     lines = out.splitlines()
@@ -35,6 +35,37 @@ def test_usage_piped_is_plain_text_never_cut_one_unit_per_column(tmp_path: Path)
     exact = pool("usage", str(folder), "--units", "uj").stdout
     assert "50,000,000,000,000" in exact and "2,000,000,000,000" in exact
     assert "(kWh)" in pool("usage", str(folder), "--units", "kwh").stdout
+    heading = lines[1]
+    assert heading.count("(MJ)") == 7  # guarantee, limit, charged, reserved, committed, ...
+
+
+def test_units_are_named_in_any_case_and_one_unit_serves_the_whole_table(
+    tmp_path: Path,
+) -> None:
+    folder = deployment(tmp_path)
+    for spelled in ("GJ", "gj", "Gj"):
+        out = pool("usage", str(folder), "--units", spelled).stdout
+        assert out.splitlines()[1].count("(GJ)") == 7, out
+    kj = pool("usage", str(folder), "--units", "KJ").stdout
+    rows = {line.split()[0]: line.split() for line in kj.splitlines()[2:6]}
+    assert rows["vision"][1] == "50,000.000"  # 50 MJ
+    bad = pool("usage", str(folder), "--units", "furlongs", ok=(2,))
+    assert bad.returncode == 2 and "uJ, J, kJ, MJ, GJ, kWh" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    claims = pool("claims", str(folder), "--units", "mj").stdout
+    assert "reserved (MJ)" in claims and "actual (MJ)" in claims
+    assert "4.000" in claims and "2.000" in claims
+
+
+def test_a_figure_that_is_not_zero_never_reads_as_zero(tmp_path: Path) -> None:
+    folder = deployment(tmp_path)
+    admit(folder, "tiny", "robotics", 1, "HwShunt")  # 1 µJ beside figures of MJ
+    out = pool("usage", str(folder)).stdout
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:6]}
+    assert rows["robotics"][4] == "<0.001"  # reserved: 1 µJ in a table of MJ
+    assert rows["robotics"][3] == "0.000"  # charged: nothing, which reads 0
+    claims = pool("claims", str(folder), "--state", "running").stdout
+    assert "<0.001" in claims
 
 
 def test_usage_json_keeps_exact_uj_and_adds_subtree(tmp_path: Path) -> None:

@@ -391,7 +391,7 @@ def test_pool_serve_reports_what_replay_derives_across_boundaries(
         assert http.get("/v1/entitlements/robotics", params={"period": "x"}).status_code == 422
         metrics = http.get("/metrics").text
         assert "pool_period_end_timestamp_seconds" in metrics
-        assert 'pool_remaining_joules{entitlement="robotics"}' in metrics
+        assert 'pool_remaining_joules{entitlement="robotics",parent="research"}' in metrics
 
 
 def test_a_bad_period_on_sighup_keeps_the_old_configuration(

@@ -50,7 +50,17 @@ LIMITED = {"language"}
 PERIOD = {"pool_period_start_timestamp_seconds", "pool_period_end_timestamp_seconds"}
 # A tenant reads its own subtree's verdicts (they carry the entitlement label).
 VERDICTS = {"pool_verdicts"}
+# An interior node's sums over its subtree: read by a tenant whose subtree has one.
+SUBTREE = {
+    "pool_subtree_guarantee_joules",
+    "pool_subtree_committed_joules",
+    "pool_subtree_charged_joules",
+    "pool_subtree_reserved_joules",
+    "pool_subtree_devices_held",
+}
 GLOBAL = {
+    "pool_build_info",
+    "pool_ready",
     "pool_ledger_length",
     "pool_ledger_last_append_timestamp_seconds",
     "pool_fsyncs",
@@ -130,6 +140,15 @@ def test_operator_and_metrics_tokens_read_every_series(served: Served, who: str)
     assert found["pool_ledger_length"][""] >= len(TEAMS)
 
 
+LIVE = {
+    "pool_running_energy_joules",
+    "pool_running_read_claims",
+    "pool_running_unread_claims",
+    "pool_running_idle_claims",
+}
+"""Run-time gauges (DESIGN.md §7): per entitlement, present while its claims run."""
+
+
 @pytest.mark.parametrize(
     ("tenant", "subtree"),
     [("vision", {"vision"}), ("robotics", {"robotics"}), ("research", {"research", *TEAMS})],
@@ -144,13 +163,19 @@ def test_a_tenant_token_reads_only_its_subtree_on_metrics(
     # Only per-entitlement usage, its verdicts and the period's bounds: no latencies,
     # ledger length, appends or fsyncs.
     limited = {"pool_limit_joules"} if subtree & LIMITED else set()
-    assert set(found) == USAGE | limited | PERIOD | VERDICTS, sorted(found)
+    interior = SUBTREE if "research" in subtree else set()
+    running = set(found) & LIVE
+    assert set(found) - running == USAGE | limited | interior | PERIOD | VERDICTS, sorted(found)
+    for family in running:
+        assert set(found[family]) <= subtree, (family, found[family])
     for family in USAGE:
         assert set(found[family]) == subtree, (family, found[family])
+    for family in interior:
+        assert set(found[family]) == {"research"}, (family, found[family])
     # Each team had one claim decided; the department itself none.
     assert set(found["pool_verdicts"]) == subtree & set(TEAMS), found["pool_verdicts"]
     everything = series(scrape(served.serve, served.deployment.operator).text)
-    for family in USAGE | limited | VERDICTS:
+    for family in USAGE | limited | interior | VERDICTS:
         for node in found[family]:  # the same figures the operator reads
             assert found[family][node] == everything[family][node]
     _figures.faults_injected += len(GLOBAL) + len({"research", *TEAMS} - subtree)

@@ -1,4 +1,4 @@
-"""An access log line per request: time, token name, method, path, status, claim
+"""An access log line per request: time, client address, token name, method, path, status, claim
 and verdict where there is one, never the token; human or JSON (`--log-format json`)."""
 
 from __future__ import annotations
@@ -53,11 +53,11 @@ def test_access_log_human_names_token_claim_and_verdict_never_the_secret(
     finally:
         serve.kill()
     admit, release, deny, refused = got[:4]
-    assert " ops POST /v1/claims 200 " in admit and "claim=job-1 verdict=admit" in admit
+    assert " 127.0.0.1 ops POST /v1/claims 200 " in admit and "claim=job-1 verdict=admit" in admit
     assert admit[:4].isdigit() and admit[10] == "T" and admit.split()[0].endswith("Z")
     assert "POST /v1/claims/job-1/release 200" in release and "verdict=released" in release
     assert re.search(r"claim=huge verdict=(deny|queue):[a-z_]+$", deny), deny
-    assert " - GET /v1/entitlements 401 " in refused
+    assert " 127.0.0.1 - GET /v1/entitlements 401 " in refused  # who asked, even refused
     assert d.operator not in serve.output() and "not-a-token" not in serve.output()
 
 
@@ -70,6 +70,7 @@ def test_access_log_json_is_one_object_per_request(tmp_path: Path) -> None:
     finally:
         serve.kill()
     assert got[0]["token"] == "ops" and got[0]["method"] == "POST"  # noqa: S105 (a name)
+    assert {g["client"] for g in got} == {"127.0.0.1"}
     assert got[0]["path"] == "/v1/claims" and got[0]["status"] == 200
     assert got[0]["claim"] == "job-1" and got[0]["verdict"] == "admit"
     assert got[3]["token"] is None and got[3]["status"] == 401 and "claim" not in got[3]

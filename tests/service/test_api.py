@@ -244,7 +244,10 @@ def test_pure_decisions_over_http(server: Serve, deployment: Deployment) -> None
 def test_probes_and_metrics(server: Serve, deployment: Deployment) -> None:
     with server.client(deployment.operator) as ops:
         text = ops.get("/metrics").text
-    assert "pool_verdicts_total" in text and 'pool_committed_joules{entitlement="vision"}' in text
+    assert (
+        "pool_verdicts_total" in text
+        and 'pool_committed_joules{entitlement="vision",parent="research"}' in text
+    )
     assert "pool_fsyncs_total" in text
     with server.client(None) as anyone:
         assert anyone.get("/healthz").json() == {"status": "ok"}

@@ -104,3 +104,22 @@ def test_the_example_scrape_config_sends_the_token_from_a_file() -> None:
     assert job["authorization"]["credentials_file"].startswith("/")
     assert "credentials" not in job["authorization"]  # never the token itself
     assert job["static_configs"][0]["targets"] == ["127.0.0.1:7460"]
+
+
+# Counted by each process for itself (its own verdicts, commits, appends): summed over replicas.
+PER_PROCESS = {"pool_verdicts_total", "pool_appends_total", "pool_fsyncs_total"}
+
+
+def test_the_board_reads_pool_state_from_one_replica_at_a_time() -> None:
+    """Replicas sharing a ledger export the same usage and ledger figures: every series of
+    that state is read from the one replica the `instance` variable names, so nothing is
+    counted twice; per-process counters are read from all of them."""
+    board = json.loads((DEPLOY / "grafana" / "joulepool.json").read_text(encoding="utf-8"))
+    (instance,) = [v for v in board["templating"]["list"] if v["name"] == "instance"]
+    assert not instance["multi"] and not instance["includeAll"]
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    for expr in exprs:
+        for selector in re.finditer(r"\b(pool_\w+)(\{[^}]*\})?", expr):
+            name, matchers = selector.group(1), selector.group(2) or ""
+            shared = name not in PER_PROCESS and not name.startswith("pool_commit_seconds")
+            assert ('instance="$instance"' in matchers) == shared, (name, expr)

@@ -76,6 +76,25 @@ def test_job_with_no_energy_figure_is_charged_its_reservation_as_estimator(bridg
     assert state["actual"] == {"uj": 7_000_000_000, "grade": "Estimator"}
 
 
+def test_a_measured_figure_far_above_its_estimate_is_charged_with_a_logged_override(
+    bridge: Bridge,
+) -> None:
+    """pool serve refuses a release over 10x its reservation unless confirmed; the bridge's
+    figure is the meter's reading, so it confirms it (`override`), and the service logs the
+    override with the bridge's token name: the claim is released, never left open."""
+    job_id = bridge.submit(
+        "-A", "phys", "--comment=pool:estimate_uj=1000000,grade=ModelBased", "--wrap", "sleep 1"
+    )
+    claim = note_of(bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")).claim
+    state = bridge.wait_released(claim)
+    assert state["actual"]["uj"] > 10 * 1_000_000  # 100 W for a second is 100 J, not 1 J
+    deadline = time.monotonic() + 10
+    while "release override far_above_reservation by " not in bridge.serve.output():
+        assert time.monotonic() < deadline, bridge.serve.output()
+        time.sleep(0.1)
+    assert f"claim {claim!r}" in bridge.serve.output()
+
+
 def test_guess_that_must_borrow_is_held_then_runs_after_a_release(bridge: Bridge) -> None:
     big = bridge.submit(
         "-A",
@@ -217,7 +236,7 @@ def test_sbatch_time_added_by_the_bridge(
     bridge: Bridge, record_property: Callable[[str, object], None]
 ) -> None:
     """The figure for the note: sbatch with the bridge against sbatch with a no-op script."""
-    from joulepool.bridges.slurm.install import shipped_lua
+    from joulepool.bridges.slurm.install import shipped_module
     from tests.support.slurm.testbed import NOOP_JOB_SUBMIT
 
     bridged_lua = bridge.bed.job_submit.read_text()
@@ -240,7 +259,7 @@ def test_sbatch_time_added_by_the_bridge(
             assert (bridge.job(job_id).note is not None) == bridged
         return out
 
-    assert "CONFIG_PATH" in shipped_lua()
+    assert "CONFIG_PATH" in shipped_module()
     bridge.bed.set_job_submit(NOOP_JOB_SUBMIT)
     bridge.submit(*args, user="root")  # the first submission after a change reloads the script
     try:

@@ -69,7 +69,8 @@ def test_api_install_config_writes_the_gpu_prolog_epilog_and_tls_settings(
     assert "PrologFlags=Alloc,Contain" in lines and "AccountingStorageTRES=gres/gpu" in lines
     for phase in ("prolog", "epilog"):
         script = (etc / f"pool-gpu-{phase}.sh").read_text()
-        assert f"joulepool.bridges.slurm.gpu {phase}" in script
+        assert f" -I {etc / 'pool-node.pyz'} {phase} " in script
+        assert "PYTHONPATH" not in script
         assert "--dcgm-url http://127.0.0.1:9400/metrics" in script
         assert os.access(etc / f"pool-gpu-{phase}.sh", os.X_OK)
     config = read_bridge_config(etc / "pool-bridge.toml")

@@ -43,6 +43,8 @@ _OPTIONAL = (
     "joulepool.cli.ledger_cmd",
     "joulepool.cli.witness_cmd",
     "joulepool.cli.pool_cmd",
+    "joulepool.cli.report_cmd",
+    "joulepool.cli.completion_cmd",
     "joulepool.cli.demo_cmd",
     "joulepool.cli.serve_cmd",
     "joulepool.cli.meter_cmd",

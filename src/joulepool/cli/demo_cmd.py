@@ -114,6 +114,7 @@ def run_demo(folder: Path, out: Console) -> None:
     from joulepool.ledger.witness import sign_witness
     from joulepool.pool import wall_clock_ms
     from joulepool.preemption import Workload, preemption_order, realised_cost
+    from joulepool.units import energy_text
 
     init_deployment(folder, "steward")
     out.print(f"[bold]pool/1 demo[/bold] in {folder}: department 'research' with three teams.")
@@ -188,7 +189,7 @@ def run_demo(folder: Path, out: Console) -> None:
         total = Energy(3_600 * KJ, Grade.HwShunt)
         shares = attribute(total, {"vision-notebook": 30, "language-eval": 10})
         for who, share in shares.items():
-            d.say(f"  {who}: {share.uj:,} µJ, {share.grade.value}")
+            d.say(f"  {who}: {energy_text(share.uj)}, {share.grade.value}")
         d.say(
             "  One GPU counter read 3.6 MJ (HwShunt) while two tenants shared it 30 GB : 10 GB. "
             "The shares sum to the reading exactly, and are ModelBased: a split is a model."

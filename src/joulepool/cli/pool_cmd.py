@@ -51,12 +51,18 @@ def _init(args: argparse.Namespace) -> int:
     from joulepool.deployment.init import init_deployment
 
     folder = Path(args.dir)
-    init_deployment(folder, args.steward)
-    result = {"dir": str(folder), "steward": args.steward}
+    ceiling = None if args.no_power_ceiling else args.max_device_power_w
+    init_deployment(folder, args.steward, ceiling)
+    result = {"dir": str(folder), "steward": args.steward, "max_device_power_w": ceiling}
 
     def human(c: Console) -> None:
         c.print(f"created deployment {folder}: steward {args.steward!r}, an empty ledger,")
         c.print(f"and an example tree in {folder / 'pool.toml'} (edit it, then use `pool admit`).")
+        if ceiling is not None:
+            c.print(
+                f"Releases above {ceiling} W a device since admission are refused unless "
+                "overridden (max_device_power_w in pool.toml)."
+            )
 
     emit(args, result, human)
     return 0
@@ -172,9 +178,15 @@ def _claims(args: argparse.Namespace) -> int:
         r.setdefault("admitted_ms", None)
 
     def human(c: Console) -> None:
-        reserved = column([r["reserved"]["uj"] for r in rows])
-        actual = column([r["actual"]["uj"] if "actual" in r else None for r in rows])
-        so_far = column([(r.get("live") or {}).get("energy_uj") for r in rows])
+        # One unit for the table: a reservation, its actual and the energy so far side by
+        # side compare at a glance.
+        so_far_uj = [(r.get("live") or {}).get("energy_uj") for r in rows]
+        reserved = actual = so_far = column(
+            [r["reserved"]["uj"] for r in rows]
+            + [r["actual"]["uj"] for r in rows if "actual" in r]
+            + [uj for uj in so_far_uj if uj is not None],
+            args.units,
+        )
         live = client is not None
         headings = [
             "claim",
@@ -382,8 +394,10 @@ def usage_table(rows: list[dict[str, Any]], depth: dict[str, int], units: str) -
             for name in ("charged", "reserved", "committed", "remaining", "borrowed")
         },
     }
-    cols = {name: column(values, units) for name, values in energy.items()}
-    headings = [f"{name} ({cols[name].label})" for name in energy]
+    # One unit for the whole table, so figures in different columns compare at a glance.
+    one = column([v for values in energy.values() for v in values], units)
+    cols = dict.fromkeys(energy, one)
+    headings = [f"{name} ({one.label})" for name in energy]
     body = []
     for i, (r, u) in enumerate(zip(rows, shown, strict=True)):
         name = "  " * depth[r["id"]] + r["id"] + (" Σ" if "subtree" in r else "")
@@ -441,8 +455,8 @@ def _usage(args: argparse.Namespace) -> int:
             c.print(
                 "Σ: an interior node's figures are its whole subtree's totals (--json: `subtree`)"
             )
-        if args.units not in {"uj", "j"}:
-            c.print("figures are rounded in each column's unit; --units uj or --json give exact µJ")
+        if args.units not in {"uJ", "J"}:
+            c.print("figures are rounded in the table's unit; --units uJ or --json give exact µJ")
         c.print(source_words(source))
 
     out = {"length": length, "period": period.to_json(), "entitlements": rows, "read": source}
@@ -458,12 +472,12 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
 
     def human(c: Console) -> None:
         from joulepool.periods import utc_text
+        from joulepool.units import column
 
         periods = result["periods"]
-        energy = [
-            energy_column(name, [r[f"{name}_uj"] for r in periods], args.units)
-            for name in ("charged", "reserved", "guarantee", "remaining")
-        ]
+        names = ("charged", "reserved", "guarantee", "remaining")
+        one = column([r[f"{n}_uj"] for r in periods for n in names], args.units)
+        energy = [(f"{n} ({one.label})", [one.show(r[f"{n}_uj"]) for r in periods]) for n in names]
         headings = [h for h, _ in energy]
         c.print(
             table(
@@ -503,10 +517,13 @@ def _estimate(args: argparse.Namespace) -> int:
         if not isinstance(result, Derived) and result.reason is DeclineReason.empty_class:
             c.print("no class given: no estimate (empty_class); an empty class asserts nothing")
         elif isinstance(result, Derived):
+            from joulepool.units import energy_text
+
             c.print(
-                f"class {args.class_!r}: estimate {result.estimate.uj:,} µJ ({result.estimate.grade.value}), "
-                f"the largest of {result.evidence} measured runs (spread {result.min_uj:,}..{result.max_uj:,} µJ; "
-                f"{result.observations} observations in all)"
+                f"class {args.class_!r}: estimate {energy_text(result.estimate.uj)} "
+                f"({result.estimate.grade.value}), the largest of {result.evidence} measured "
+                f"runs (spread {energy_text(result.min_uj)} to {energy_text(result.max_uj)}; "
+                f"{result.observations} observations in all; --json gives exact µJ)"
             )
         else:
             hint = (
@@ -672,6 +689,28 @@ def energy_flag(text: str) -> int:
 ENERGY_HELP = "4MJ, 2.5kWh, 750J, 123uJ; a bare number is µJ"
 
 
+def _units(text: str) -> str:
+    from joulepool.errors import InvalidInput
+    from joulepool.units import display_unit
+
+    try:
+        return display_unit(text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(exc.detail.rsplit(": ", 1)[-1]) from None
+
+
+def add_units(parser: argparse.ArgumentParser) -> None:
+    """`--units` of a table of energies (DESIGN.md "Figures as people type and read them")."""
+    parser.add_argument(
+        "--units",
+        type=_units,
+        default="auto",
+        metavar="UNIT",
+        help="one energy unit for the whole table: uJ, J, kJ, MJ, GJ or kWh, any case; auto "
+        "picks the largest of J, kJ, MJ, GJ the table's biggest figure reaches (default: auto)",
+    )
+
+
 def _uint(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative integer")
@@ -693,6 +732,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("dir", metavar="DIR")
     p.add_argument(
         "--steward", default="steward", help="the steward's identifier (default: steward)"
+    )
+    from joulepool.deployment.init import DEFAULT_MAX_DEVICE_POWER_W
+
+    p.add_argument(
+        "--max-device-power-w",
+        type=_uint,
+        default=DEFAULT_MAX_DEVICE_POWER_W,
+        metavar="W",
+        help="the most one device draws: a release above devices × W × the time since "
+        "admission is refused implausible_actual unless overridden; "
+        f"{DEFAULT_MAX_DEVICE_POWER_W} W is the hungriest accelerators' board power",
+    )
+    p.add_argument(
+        "--no-power-ceiling",
+        action="store_true",
+        help="no ceiling: releases over 10× their reservation need override instead",
     )
     add_json(p)
     p.set_defaults(handler=_init)
@@ -745,6 +800,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--min-age-s", type=_count, metavar="N", help="only claims admitted at least N s ago"
     )
     add_client(p)
+    add_units(p)
     add_json(p)
     p.set_defaults(handler=_claims)
 
@@ -791,12 +847,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--history", metavar="ENT", help="each period's charged energy against ENT's guarantee"
     )
-    p.add_argument(
-        "--units",
-        choices=("auto", "kwh", "j", "uj"),
-        default="auto",
-        help="energy unit of the table: auto picks J, kJ, MJ or GJ per column (default: auto)",
-    )
+    add_units(p)
     add_json(p)
     p.set_defaults(handler=_usage)
 

@@ -150,7 +150,52 @@ def _tune_collector(service: Any) -> None:
     service.opener = open_and_freeze
 
 
+def _check(args: argparse.Namespace) -> int:
+    """`pool serve --check DIR` (docs/operations.md, "Checking before a start"): everything
+    `pool serve` reads before it listens, read as it would read it, and nothing opened for
+    writing: no ledger lock, no store, no socket, so it runs beside a serving process.
+    A refusal is `pool: <code>: <what>` and exit 1, as every command's; else exit 0."""
+    from joulepool.cli.paths import deployment_dir
+    from joulepool.deployment.config import CONFIG, LEDGER, TOKENS, read_config
+    from joulepool.deployment.open import steward_keys
+    from joulepool.errors import InvalidInput
+    from joulepool.service.tls import tls_context
+    from joulepool.service.tokens import read_tokens
+
+    folder = deployment_dir(args.dir)
+    if args.ledger and not args.postgres:
+        raise InvalidInput("--ledger", "names a ledger in PostgreSQL; add --postgres DSN")
+    config = read_config(folder / CONFIG)
+    key, _ = steward_keys(folder, config, read_only=True)
+    tokens = read_tokens(folder / TOKENS, config.tree)
+    # The same checks a start makes: the key's mode, the certificate's dates (§17).
+    tls = tls_context(args.tls_cert, args.tls_key, args.tls_client_ca, int(time.time()))
+    if not args.postgres:
+        ledger = folder / LEDGER
+        if not ledger.is_file():
+            raise InvalidInput(str(ledger), "no ledger file: this folder was not made by pool init")
+        with ledger.open("rb"):
+            pass  # readable; `pool ledger verify` checks what it holds
+    store = (
+        f"PostgreSQL ledger {args.ledger or config.steward!r}" if args.postgres else "ledger file"
+    )
+    ceiling = (
+        f"{config.max_device_power_w} W a device"
+        if config.max_device_power_w is not None
+        else "none (releases over 10x their reservation need override)"
+    )
+    expired = sum(1 for t in tokens if t.expired())
+    print(
+        f"pool serve --check: {folder}: ok: steward {key.kid!r}, {len(config.tree)} "
+        f"entitlements, {len(tokens)} token(s){f' ({expired} expired)' if expired else ''}, "
+        f"release ceiling {ceiling}, {store}, {'https' if tls else 'http'}"
+    )
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if args.check:
+        return _check(args)
     from joulepool.extras import require
 
     # Before anything is opened: a missing extra is one line naming it, and nothing else.
@@ -466,6 +511,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pool serve` and `pool token`."""
     p = sub.add_parser("serve", help="run the admission service over HTTP (API.md)")
     p.add_argument("dir", metavar="DIR", help="the deployment folder")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check pool.toml, the key, tokens.toml and the TLS files as a start would, open "
+        "nothing for writing, and exit: 0 when serve would start, 1 naming what is wrong",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port ({DEFAULT_PORT})")
     p.add_argument("--postgres", metavar="DSN", help="keep the ledger in PostgreSQL, for replicas")

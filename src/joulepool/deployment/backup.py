@@ -54,6 +54,7 @@ from joulepool.stores.base import head_at
 from joulepool.stores.claim_index import index_path, open_index
 from joulepool.stores.file import FileStore, LedgerLocked, lock_holder
 from joulepool.stores.highwater import HighWaterFile, record_path
+from joulepool.units import energy_text
 
 RESTORE_LOG = "restore.log"
 
@@ -134,7 +135,8 @@ class Loss:
             return "the backup holds everything the deployment acknowledged: nothing is lost"
         what = (
             ", ".join(
-                f"{ent} by {f['spent_uj']:,} µJ" for ent, f in sorted(self.usage_falls.items())
+                f"{ent} by {energy_text(f['spent_uj'])}"
+                for ent, f in sorted(self.usage_falls.items())
             )
             if self.known
             else "unknown (the deployment's own ledger is gone or does not share the backup's "

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import tomli_w
 
 from joulepool.acts import DEFAULT_POLICY, RuntimePolicy, parse_runtime
-from joulepool.checks import check_figure, check_text
+from joulepool.checks import check_figure, check_text, did_you_mean
 from joulepool.errors import InvalidInput, InvalidTree
 from joulepool.idle import IdlePolicy
 from joulepool.periods import NONE, Schedule
@@ -129,13 +129,15 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
     """Validate a parsed `pool.toml` document (see `read_config`)."""
     extra = sorted(set(doc) - _TOP_KEYS)
     if extra:
-        raise InvalidInput(f"{where}: {extra[0]}", "unknown table or key")
+        hint = did_you_mean(extra[0], _TOP_KEYS)
+        raise InvalidInput(f"{where}: {extra[0]}", f"unknown table or key{hint}")
     pool = doc.get("pool", {})
     if not isinstance(pool, Mapping):
         raise InvalidInput(f"{where}: pool", "must be a table")
     extra = sorted(set(pool) - _POOL_KEYS)
     if extra:
-        raise InvalidInput(f"{where}: pool.{extra[0]}", "unknown key")
+        hint = did_you_mean(extra[0], _POOL_KEYS)
+        raise InvalidInput(f"{where}: pool.{extra[0]}", f"unknown key{hint}")
     if "steward" not in pool:
         raise InvalidInput(f"{where}: pool.steward", "missing: the steward's identifier (kid)")
     steward = check_text(pool["steward"], f"{where}: pool.steward")
@@ -259,9 +261,51 @@ def parse_tree(tables: object, where: str) -> Tree:
     if not isinstance(tables, list):
         raise InvalidInput(f"{where}: entitlement", "must be an array of tables ([[entitlement]])")
     try:
-        return Tree(Entitlement.from_json(t, f"entitlement[{i}]") for i, t in enumerate(tables))
+        return Tree(
+            Entitlement.from_json(_exact_energies(t, f"entitlement[{i}]"), f"entitlement[{i}]")
+            for i, t in enumerate(tables)
+        )
     except InvalidTree as exc:
         raise exc.in_file(where) from None
+
+
+ENERGY_KEYS = {"guarantee": "guarantee_uj", "limit": "limit_uj"}
+"""An entitlement's energies as people write them (`guarantee = "10MJ"`) beside the exact µJ."""
+
+
+def _exact_energies(table: object, where: str) -> object:
+    """An `[[entitlement]]` table with `guarantee`/`limit` written with a unit ("10MJ",
+    "2.5kWh": `units.parse_energy`, exact, a fraction of a µJ refused) replaced by their
+    `_uj` figures. Exactly one spelling of each: both is refused, never one preferred."""
+    if not isinstance(table, Mapping) or not set(ENERGY_KEYS) & set(table):
+        return table
+    from joulepool.units import parse_energy
+
+    node = table.get("id")
+    node_id = node if isinstance(node, str) else None
+    out = dict(table)
+    for human, exact in ENERGY_KEYS.items():
+        if human not in table:
+            continue
+        value = out.pop(human)
+        if exact in table:
+            raise InvalidTree(
+                node_id, human, f"give {human} or {exact}, not both", structural=False
+            )
+        if not isinstance(value, str) or value.strip().replace("_", "").isdigit():
+            raise InvalidTree(
+                node_id,
+                human,
+                f'{value!r}: an energy with its unit, as "10MJ" or "2.5kWh" '
+                f"({exact} takes an integer of µJ)",
+                structural=False,
+            )
+        try:
+            out[exact] = parse_energy(value, f"{where}.{human}")
+        except InvalidInput as exc:
+            reason = exc.detail.removeprefix(f"{exc.field}: ")
+            raise InvalidTree(node_id, human, reason, structural=False) from None
+    return out
 
 
 def tree_to_toml(tree: Tree) -> str:
@@ -301,15 +345,21 @@ def write_config(
     tree: Tree,
     idle: IdlePolicy | None = None,
     period: Schedule = NONE,
+    max_device_power_w: int | None = None,
 ) -> None:
-    """Write `pool.toml`, refusing to overwrite one; the [period] table says its choices."""
+    """Write `pool.toml`, refusing to overwrite one; the [period] table says its choices, and
+    `max_device_power_w`, when given, the release ceiling (DESIGN.md "Plausible releases")."""
     doc: dict[str, Any] = {"pool": {"steward": steward, "required_evidence": 3}}
+    if max_device_power_w is not None:
+        doc["pool"]["max_device_power_w"] = max_device_power_w
     if idle is not None and idle.configured:
         doc["idle"] = {"window_us": idle.window_us, "threshold_uw": idle.threshold_uw}
     text = (
         "# pool/1 deployment: the steward, the idle policy, the budget period and the tree.\n"
         "# Figures are integers: microjoules (_uj), microseconds (_us), microwatts (_uw).\n"
         "# With no [idle] table the idle policy is unconfigured and reclaims nothing (§2.7).\n"
+        "# max_device_power_w: the most one device draws (W); a release above devices x it x\n"
+        "# the time since admission is refused implausible_actual unless overridden.\n"
         + tomli_w.dumps(doc)
         + "\n"
         + PERIOD_COMMENT

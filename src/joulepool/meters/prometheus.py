@@ -124,10 +124,13 @@ def parse_samples(text: str, names: Container[str], meter: str) -> tuple[Sample,
     would insist, or none of it is used; then each wanted line is parsed on its own (so
     the parser's counter-name munging cannot rename it) and its value text kept exactly.
     """
-    from joulepool.extras import require
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        from joulepool.extras import require
 
-    require("prometheus", "a DCGM exporter or Kepler meter")
-    from prometheus_client.parser import text_string_to_metric_families
+        require("prometheus", "a DCGM exporter or Kepler meter")
+        raise
 
     try:
         for _ in text_string_to_metric_families(text):
@@ -165,12 +168,21 @@ def fetch(
     url: str, timeout_ms: int = DEFAULT_TIMEOUT_MS, meter: str | None = None
 ) -> tuple[str, int]:
     """GET an exposition; its text and the monotonic µs it arrived, or `unreachable` (§2.7)."""
-    from joulepool.extras import require
-
-    require("prometheus", "a DCGM exporter or Kepler meter")
-    import httpx
-
     who = meter or url
+    try:
+        import httpx
+    except ImportError:
+        # The bridge's node zipapp (pool-node.pyz) carries the parser but no HTTP library:
+        # the standard library's client fetches. Without the parser either, the extra is
+        # missing, and `require` says so.
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            from joulepool.extras import require
+
+            require("prometheus", "a DCGM exporter or Kepler meter")
+            raise
+        return _fetch_stdlib(url, timeout_ms, who)
     try:
         # Exporters are node-local: a proxy from the environment would be the wrong path.
         response = httpx.get(url, timeout=timeout_ms / 1000, trust_env=False, follow_redirects=True)
@@ -185,6 +197,37 @@ def fetch(
         )
     try:
         return response.content.decode("utf-8"), at
+    except UnicodeDecodeError:
+        raise MeterUnavailable(
+            who, UnavailableReason.invalid_value, f"{url} is not UTF-8 text"
+        ) from None
+
+
+def _fetch_stdlib(url: str, timeout_ms: int, who: str) -> tuple[str, int]:
+    """`fetch` by urllib: the same GET, no proxy from the environment, redirects followed."""
+    import urllib.error
+    import urllib.request
+
+    if not url.startswith(("http://", "https://")):
+        raise MeterUnavailable(who, UnavailableReason.unreachable, f"{url}: not http(s)://")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout_ms / 1000) as response:
+            body = response.read()
+            status = response.status
+    except urllib.error.HTTPError as exc:
+        raise MeterUnavailable(
+            who, UnavailableReason.unreachable, f"{url} answered HTTP {exc.code}"
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise MeterUnavailable(
+            who, UnavailableReason.unreachable, f"{url}: {type(exc).__name__}: {exc}"
+        ) from None
+    at = now_us()
+    if status != 200:
+        raise MeterUnavailable(who, UnavailableReason.unreachable, f"{url} answered HTTP {status}")
+    try:
+        return body.decode("utf-8"), at
     except UnicodeDecodeError:
         raise MeterUnavailable(
             who, UnavailableReason.invalid_value, f"{url} is not UTF-8 text"

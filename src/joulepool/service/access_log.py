@@ -1,9 +1,10 @@
 """One access-log line per request of `pool serve` ("tokens and transport").
 
-Each line says when, which token (by its name, never the token), the method, the path, the
+Each line says when, from which address (the socket's peer: `pool serve` trusts no
+X-Forwarded-For), which token (by its name, never the token), the method, the path, the
 status, how long the answer took, and, where there is one, the claim and its verdict. It is
-written human (`2026-12-03T13:11:09.123Z ops POST /v1/claims 200 0.8ms claim=job-1
-verdict=admit`) or as one JSON object (`--log-format json`).
+written human (`2026-12-03T13:11:09.123Z 10.0.0.7 ops POST /v1/claims 200 0.8ms claim=job-1
+verdict=admit`) or as one JSON object (`--log-format json`, `"client"`).
 
 It sits outside the trust boundary, so refusals (401, 413, 408) are logged as well. The
 admission path is performance-sensitive (benchmarks/serve.py): a line is built from values
@@ -53,6 +54,7 @@ def _shown(text: str) -> str:
 def line(
     fmt: str,
     now: float,
+    client: str | None,
     who: str | None,
     method: str,
     path: str,
@@ -65,8 +67,10 @@ def line(
         # Built by hand, the strings escaped by json's own C encoder: json.dumps of a dict
         # costs twice as much, on every request.
         token = "null" if who is None else encode_basestring(who)
+        peer = "null" if client is None else encode_basestring(client)
         text = (
-            f'{{"time":"{_instant(now)}","token":{token},"method":{encode_basestring(method)},'
+            f'{{"time":"{_instant(now)}","client":{peer},"token":{token},'
+            f'"method":{encode_basestring(method)},'
             f'"path":{encode_basestring(path)},"status":{status},"ms":{took_ms:.3f}'
         )
         if access is not None:
@@ -76,7 +80,7 @@ def line(
         return text + "}\n"
     # Paths and claim ids are the client's: a terminal shows their escapes, never obeys them.
     text = (
-        f"{_instant(now)} {_shown(who) if who else '-'} {method} {_shown(path)} "
+        f"{_instant(now)} {_shown(client) if client else '-'} {_shown(who) if who else '-'} {method} {_shown(path)} "
         f"{status} {took_ms:.1f}ms"
     )
     if access is not None:
@@ -111,9 +115,11 @@ class AccessLog:
             state: dict[str, Any] = scope.get("state") or {}
             who = state.get(PRINCIPAL)
             took_ms = (time.perf_counter() - started) * 1000
+            peer = scope.get("client")
             text = line(
                 self.fmt,
                 time.time(),
+                None if peer is None else str(peer[0]),
                 None if who is None else who.name,
                 scope["method"],
                 scope["path"],

@@ -126,6 +126,8 @@ def create_app(
         lambda: service.witnesses,
         lambda: (service.last_reload_ok, service.last_reload_success_ms),
         lambda: service.witnessing,
+        ready=lambda: _ready(service),
+        tokens=lambda: service.tokens,
         tls_not_after_s=tls_not_after_s,
         actions=lambda: None if service.actions is None else service.actions.counts,
     )
@@ -151,6 +153,15 @@ REQUEST_MODELS = (
     ProgressIn,
 )
 """The bodies the routes read (`service.body`), published in the OpenAPI schema."""
+
+
+def _ready(service: Service) -> bool:
+    """`pool_ready`: what /readyz would answer now, as 1 or 0 (docs/operations.md)."""
+    try:
+        service.readiness()
+    except ApiError:
+        return False
+    return True
 
 
 def publish_request_schemas(app: FastAPI) -> None:

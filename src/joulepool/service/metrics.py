@@ -9,6 +9,12 @@ snapshot yet) is left out, never written as 0 or +Inf.
 Usage figures come from `usage_report.entitlement_reports`, the code path of `pool usage
 --json` and `GET /v1/entitlements`, for one period read once per scrape.
 
+Per-entitlement series carry a `parent` label (empty at a root), and an interior node's
+subtree sums are their own `pool_subtree_*` series, so `sum by (parent)` adds a level once and
+a subtree is never added to its own members. `pool_build_info` and `pool_ready` say which
+code answers and whether it can write; `pool_token_expiry_timestamp_seconds` names a token by
+its `name` only, never by anything that could stand in for it (docs/operations.md).
+
 `/metrics` needs a token (API.md, Additions): an operator or `metrics` token reads every
 series; a tenant token reads only its subtree's per-entitlement usage and verdicts, and
 nothing about the pool as a whole (latencies, the ledger, appends, fsyncs).
@@ -26,10 +32,11 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from joulepool import __version__
 from joulepool.errors import StoreError
 from joulepool.pool import Pool
 from joulepool.service.ledger_report import ledger_report
-from joulepool.service.tokens import Principal
+from joulepool.service.tokens import Principal, TokenBook
 from joulepool.service.verdicts import VerdictBook
 
 if TYPE_CHECKING:
@@ -78,6 +85,16 @@ USAGE_GAUGES = (
 )
 """The per-entitlement gauges: the entitlement's own figures, as its `usage` object has them."""
 
+SUBTREE_GAUGES = (
+    # (name, help, field of the `subtree` usage object, in µJ?)
+    ("pool_subtree_guarantee_joules", "Sum of the guarantees of a node and its descendants", "guarantee_uj", True),
+    ("pool_subtree_committed_joules", "Committed by a node and its descendants this period", "committed_uj", True),
+    ("pool_subtree_charged_joules", "Charged to a node and its descendants this period", "charged_uj", True),
+    ("pool_subtree_reserved_joules", "Reserved by running claims of a node and its descendants", "reserved_uj", True),
+    ("pool_subtree_devices_held", "Devices held by a node and its descendants", "held_devices", False),
+)  # fmt: skip
+"""The interior nodes' subtree sums (`views.usage.subtree_usage`), the `Σ` rows of `pool usage`."""
+
 COMMIT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0)
 
 
@@ -94,8 +111,11 @@ def seconds(ms: int) -> float:
 def exported_names() -> set[str]:
     """Every metric name `/metrics` may carry, as a PromQL query names it (samples, with
     their `_total`, `_bucket`, `_sum`, `_count` suffixes): what a dashboard may query."""
-    names = {name for name, *_ in USAGE_GAUGES}
+    names = {name for name, *_ in USAGE_GAUGES} | {name for name, *_ in SUBTREE_GAUGES}
     names |= {
+        "pool_build_info",
+        "pool_ready",
+        "pool_token_expiry_timestamp_seconds",
         "pool_period_start_timestamp_seconds",
         "pool_period_end_timestamp_seconds",
         "pool_ledger_length",
@@ -147,6 +167,8 @@ class _PoolCollector(Collector):
         tenant: Principal | None = None,
         reloads: ReloadState = _no_reloads,
         witnessing: Callable[[], Witnessing | None] = _no_witnessing,
+        ready: Callable[[], bool] | None = None,
+        tokens: Callable[[], TokenBook] | None = None,
     ) -> None:
         self._pool = pool
         self._verdicts = verdicts
@@ -154,6 +176,8 @@ class _PoolCollector(Collector):
         self._tenant = tenant
         self._reloads = reloads
         self._witnessing = witnessing
+        self._ready = ready
+        self._tokens = tokens
 
     def _c2sp_witnesses(self) -> Iterator[Metric]:
         """Per `[[c2sp_witness]]` (DESIGN.md §8): the size it last cosigned and when (its
@@ -213,6 +237,7 @@ class _PoolCollector(Collector):
         ledger (§6.1, §6.8), as API.md "Metrics" lists them."""
         if self._tenant is None:
             yield from self._reload_gauges()
+            yield from self._process()
         pool = self._pool()
         if pool is None:
             return
@@ -222,13 +247,23 @@ class _PoolCollector(Collector):
         # One period for the whole scrape, so no figure straddles a rollover (DESIGN.md §3).
         period = pool.period()
         rows = entitlement_reports(pool, [e.id for e in pool.tree if visible(e.id)], period.index)
+        labels = ["entitlement", "parent"]
         for name, words, field, energy in USAGE_GAUGES:
-            family = GaugeMetricFamily(name, words, labels=["entitlement"])
+            family = GaugeMetricFamily(name, words, labels=labels)
             for row in rows:
                 value = row["usage"].get(field, row.get(field))
                 if value is None:
                     continue  # no limit: no sample, never 0 or +Inf
-                family.add_metric([row["id"]], joules(value) if energy else value)
+                where = [row["id"], row.get("parent") or ""]
+                family.add_metric(where, joules(value) if energy else value)
+            yield family
+        for name, words, field, energy in SUBTREE_GAUGES:
+            family = GaugeMetricFamily(name, words, labels=labels)
+            for row in rows:
+                if "subtree" in row:
+                    value = row["subtree"][field]
+                    where = [row["id"], row.get("parent") or ""]
+                    family.add_metric(where, joules(value) if energy else value)
             yield family
         if period.start_ms is not None and period.end_ms is not None:
             yield GaugeMetricFamily(
@@ -256,6 +291,28 @@ class _PoolCollector(Collector):
             return
         yield from self._ledger(pool)
         yield from self._c2sp_witnesses()
+
+    def _process(self) -> Iterator[Metric]:
+        """What this process is and whether it can write (`/readyz`), and when each token
+        stops working: series that exist before the ledger is replayed, and after it failed."""
+        info = GaugeMetricFamily(
+            "pool_build_info", "The joulepool version serving", labels=["version"]
+        )
+        info.add_metric([__version__], 1)
+        yield info
+        if self._ready is not None:
+            yield GaugeMetricFamily(
+                "pool_ready", "1 while /readyz answers 200, else 0", value=int(self._ready())
+            )
+        if self._tokens is not None:
+            expiry = GaugeMetricFamily(
+                "pool_token_expiry_timestamp_seconds",
+                "When a token stops working, seconds since the Unix epoch (absent: never)",
+                labels=["name", "scope"],
+            )
+            for name, scope, when in self._tokens().expiries():
+                expiry.add_metric([name, scope], seconds(when))
+            yield expiry
 
     def _ledger(self, pool: Pool) -> Iterator[Metric]:
         report = ledger_report(pool, self._witnesses(), witness=True)
@@ -350,6 +407,8 @@ class Metrics:
         witnesses: Callable[[], Path | None],
         reloads: ReloadState = _no_reloads,
         witnessing: Callable[[], Witnessing | None] = _no_witnessing,
+        ready: Callable[[], bool] | None = None,
+        tokens: Callable[[], TokenBook] | None = None,
         tls_not_after_s: int | None = None,
         actions: Callable[[], Counter[tuple[str, str]] | None] = lambda: None,
     ) -> None:
@@ -364,7 +423,15 @@ class Metrics:
             buckets=COMMIT_BUCKETS,
         )
         self.registry.register(
-            _PoolCollector(pool, self.verdicts, witnesses, reloads=reloads, witnessing=witnessing)
+            _PoolCollector(
+                pool,
+                self.verdicts,
+                witnesses,
+                reloads=reloads,
+                witnessing=witnessing,
+                ready=ready,
+                tokens=tokens,
+            )
         )
         if tls_not_after_s is not None:
             self.registry.register(_TlsCollector(tls_not_after_s))

@@ -398,6 +398,11 @@ class TokenBook:
             return None  # past its `expires`: answered exactly like an unknown token
         return found
 
+    def expiries(self) -> list[tuple[str, str, int]]:
+        """(name, scope, expiry in ms since the epoch) of every token that expires, for
+        `pool_token_expiry_timestamp_seconds` (docs/operations.md): never the digest."""
+        return [(p.name, p.scope, when) for _, p, when in self._entries if when is not None]
+
 
 def _epoch_ms(when: datetime | None) -> int | None:
     """`when` in whole milliseconds since the Unix epoch (DESIGN.md §2: no float), or None."""

@@ -7,6 +7,7 @@ claim, saying what was wrong and what would change the answer.
 from __future__ import annotations
 
 from joulepool.admission import Admit, DenyReason, QueueReason, Verdict
+from joulepool.units import energy_text
 
 _DENY = {
     DenyReason.unknown_entitlement: ("the pool holds no entitlement of that name"),
@@ -49,12 +50,13 @@ def explain(verdict: Verdict) -> str:
     """One sentence saying what a verdict means for the claim (§4.5, §4.6)."""
     if isinstance(verdict, Admit):
         borrowed = (
-            f", {verdict.borrowed_uj:,} µJ of it borrowed from siblings' surplus"
+            f", {energy_text(verdict.borrowed_uj)} of it borrowed from siblings' surplus"
             if verdict.borrowed_uj
             else ", all inside its own guarantee"
         )
         return (
-            f"admitted: {verdict.reserved.uj:,} µJ reserved at grade {verdict.reserved.grade.value}"
+            f"admitted: {energy_text(verdict.reserved.uj)} reserved at grade "
+            f"{verdict.reserved.grade.value}"
             f"{borrowed}, {verdict.devices} device(s) held"
         )
     if verdict.verdict == "queue":

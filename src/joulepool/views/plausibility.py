@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from joulepool.errors import ClaimError
+from joulepool.units import energy_text
 
 if TYPE_CHECKING:
     from joulepool.pool import Pool
@@ -75,7 +76,7 @@ def check_release(
             claim_id,
             actual_uj,
             bound,
-            f"actual {actual_uj:,} µJ is above the physical bound of {bound:,} µJ "
+            f"actual {energy_text(actual_uj)} is above the physical bound of {energy_text(bound)} "
             f"({adm.devices} device(s) × {ceiling_w} W max_device_power_w × {elapsed_ms:,} ms "
             "since admission)",
         )
@@ -87,8 +88,8 @@ def check_release(
         claim_id,
         actual_uj,
         bound,
-        f"actual {actual_uj:,} µJ is more than {UNCONFIGURED_RATIO}× its reservation of "
-        f"{adm.reserved.uj:,} µJ (no max_device_power_w is configured to bound it)",
+        f"actual {energy_text(actual_uj)} is more than {UNCONFIGURED_RATIO}× its reservation "
+        f"of {energy_text(adm.reserved.uj)} (no max_device_power_w is configured to bound it)",
     )
 
 

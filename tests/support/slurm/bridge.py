@@ -260,12 +260,38 @@ def serve_pool(folder: Path, port: int, tls: dict[str, Path] | None) -> Serve:
         time.sleep(0.05)
 
 
+CONTRIB = Path(__file__).parents[3] / "contrib"
+
+
+def dispatch_pieces(etc: Path, log: Path) -> tuple[Path, Path]:
+    """slurmd's Prolog and Epilog as contrib/slurm's prolog.d/epilog.d dispatchers, with the
+    bridge's GPU scripts as pieces beside a site's own (which log the job id to `log`)."""
+    out = []
+    for phase, bridge_piece in (("prolog", GPU_PROLOG), ("epilog", GPU_EPILOG)):
+        dispatcher = etc / f"{phase}.sh"
+        shutil.copy2(CONTRIB / "slurm" / f"{phase}.sh", dispatcher)
+        pieces = etc / f"{phase}.d"
+        pieces.mkdir()
+        site = pieces / "10-site"
+        site.write_text(f'#!/bin/sh\necho "{phase} $SLURM_JOB_ID" >> {log}\n')
+        site.chmod(0o755)
+        (pieces / "50-pool-gpu").symlink_to(etc / bridge_piece)
+        (pieces / "90-disabled").write_text("#!/bin/sh\nexit 1\n")  # not executable: skipped
+        out.append(dispatcher)
+    return out[0], out[1]
+
+
 def start_bridge(
-    period: str | None = None, tls: dict[str, Path] | None = None, nodes: int = 1
+    period: str | None = None,
+    tls: dict[str, Path] | None = None,
+    nodes: int = 1,
+    dispatch: bool = False,
 ) -> Bridge:
     """Bring up Pool, Slurm with the bridge installed, and the agent; `period` replaces
     the deployment's `[period]` table (DESIGN.md §3), `pool init`'s monthly one by default;
-    with `tls` (certificate, key, CA), `pool serve` speaks only TLS and the bridge verifies it."""
+    with `tls` (certificate, key, CA), `pool serve` speaks only TLS and the bridge verifies it;
+    with `dispatch`, slurmd runs the GPU scripts as pieces of prolog.d/epilog.d dispatchers
+    (`dispatch_pieces`; the site's pieces log to ROOT/site-pieces.log)."""
     require_slurm()
     interpreter = python_for("slurm")
     root = Path(tempfile.mkdtemp(prefix="joulepool-slurm-"))
@@ -299,12 +325,15 @@ def start_bridge(
             dcgm_url=f"http://127.0.0.1:{dcgm_port}/metrics",
             gpu_state_dir=root / "gpu-state",
         )
+        prolog, epilog = etc / GPU_PROLOG, etc / GPU_EPILOG
+        if dispatch:
+            prolog, epilog = dispatch_pieces(etc, root / "site-pieces.log")
         bed = Testbed(
             root,
             TestbedOptions(
                 epilog_slurmctld=etc / EPILOG,
-                prolog=etc / GPU_PROLOG,
-                epilog=etc / GPU_EPILOG,
+                prolog=prolog,
+                epilog=epilog,
                 dcgm_port=dcgm_port,
                 nodes=nodes,
             ),

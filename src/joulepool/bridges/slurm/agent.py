@@ -84,6 +84,9 @@ class Agent:
     reported: set[int] = field(default_factory=set)
     last_reconcile: float = 0.0
     sampler: Sampler | None = None
+    exempt_seen: set[int] = field(default_factory=set)
+    exempt_total: int = 0
+    """Jobs seen exempt since the agent started (docs/slurm.md, "Exempt jobs")."""
 
     @classmethod
     def from_config(cls, config: BridgeConfig, env: Mapping[str, str]) -> Agent:
@@ -111,7 +114,9 @@ class Agent:
 
     def run_pass(self) -> None:
         """One pass (see the module docstring)."""
-        jobs = [j for j in list_jobs(self.env) if j.note is not None]
+        listed = list_jobs(self.env)
+        self._count_exempt(listed)
+        jobs = [j for j in listed if j.note is not None]
         for job in jobs:
             if job.state == "PENDING" and job.reason == "JobHeldUser" and _held(job):
                 self.scontrol("hold", str(job.job_id))
@@ -178,6 +183,18 @@ class Agent:
             self.scontrol("requeue", jid)
         elif kind == "cancel":
             run_slurm(["scancel", jid], self.env)
+
+    def _count_exempt(self, listed: list[SlurmJob]) -> None:
+        """Log each job job_submit.lua exempted, once, with the running count: exempt jobs
+        are never claimed, so this log is where an operator sees how many ran."""
+        exempt = {j.job_id: j.exempt for j in listed if j.exempt is not None}
+        for job_id in sorted(exempt.keys() - self.exempt_seen):
+            self.exempt_total += 1
+            self.log(
+                f"job {job_id}: exempt ({exempt[job_id]}), never claimed; {self.exempt_total} exempt since start"
+            )
+        # Only jobs slurmctld still lists are remembered; a forgotten one is never listed again.
+        self.exempt_seen = set(exempt)
 
     def _ask_held(self, jobs: list[SlurmJob]) -> None:
         held = [j for j in jobs if j.state == "PENDING" and j.note is not None and _held(j)]

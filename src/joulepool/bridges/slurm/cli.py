@@ -145,12 +145,58 @@ def _check(args: argparse.Namespace) -> int:
         "gpu_wait_s": config.gpu_wait_s,
         "gpus_per_node": config.gpus_per_node,
         "reconcile_after_s": config.reconcile_after_s,
+        "mode": config.mode,
+        "cpu_only": config.cpu_only,
+        "default_estimate": config.default_power_w,
+        "account_estimate": config.account_estimate,
+        "partition_estimate": config.partition_estimate,
+        "exempt_accounts": sorted(config.exempt_accounts),
+        "exempt_partitions": sorted(config.exempt_partitions),
     }
+    if not args.online:
+        emit(
+            args,
+            result,
+            lambda c: c.print(f"{config.path}: ok, {len(config.accounts)} account(s) mapped"),
+        )
+        return 0
+    from joulepool.bridges.slurm.config import slurm_env
+    from joulepool.bridges.slurm.online import check_online
+
+    findings = check_online(config, slurm_env(), args.dcgm_url)
+    result["online"] = [f.to_json() for f in findings]
+    failed = [f for f in findings if not f.ok]
+
+    def human(c: Console) -> None:
+        for f in findings:
+            c.print(f"{'ok  ' if f.ok else 'FAIL'} {f.check}: {f.detail}", markup=False)
+        c.print(f"{config.path}: {len(failed)} of {len(findings)} online check(s) failed")
+
+    emit(args, result, human)
+    return 1 if failed else 0
+
+
+def _uninstall(args: argparse.Namespace) -> int:
+    from joulepool.bridges.slurm.config import slurm_env
+    from joulepool.bridges.slurm.uninstall import release_holds
+
+    released = release_holds(slurm_env())
     emit(
         args,
-        result,
-        lambda c: c.print(f"{config.path}: ok, {len(config.accounts)} account(s) mapped"),
+        {"released": released},
+        lambda c: c.print(
+            f"released {len(released)} job(s) the bridge held"
+            + (f": {', '.join(map(str, released))}" if released else "")
+        ),
     )
+    return 0
+
+
+def _node_zipapp(args: argparse.Namespace) -> int:
+    from joulepool.bridges.slurm.nodeapp import build_node_zipapp
+
+    out = build_node_zipapp(args.out, args.interpreter)
+    emit(args, {"zipapp": str(out)}, lambda c: c.print(f"wrote {out}"))
     return 0
 
 
@@ -173,6 +219,10 @@ def _install(args: argparse.Namespace) -> int:
             raise BridgeConfigError(
                 f"--token-from {args.token_from}", exc.strerror or "unreadable"
             ) from None
+        except UnicodeDecodeError:
+            raise BridgeConfigError(
+                f"--token-from {args.token_from}", "not a token: not UTF-8 text"
+            ) from None
     done = install_config(
         Path(args.etc),
         url=args.url,
@@ -188,6 +238,8 @@ def _install(args: argparse.Namespace) -> int:
         gpu=args.gpu,
         dcgm_url=args.dcgm_url,
         ca_file=args.ca_file,
+        job_submit=not args.no_job_submit,
+        node_python=args.node_python,
     )
     result = {
         "files": {k: str(v) for k, v in done.files.items()},
@@ -229,8 +281,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     c = ssub.add_parser("check-config", help="validate the bridge's file and token")
     _config_arg(c)
+    c.add_argument(
+        "--online",
+        action="store_true",
+        help="also ask Pool (token scope, entitlements) and Slurm (energy accounting)",
+    )
+    c.add_argument(
+        "--dcgm-url",
+        metavar="URL",
+        help="with --online: each node's DCGM exporter, {node} for its name",
+    )
     add_json(c)
     c.set_defaults(handler=_check)
+
+    u = ssub.add_parser(
+        "uninstall", help="release every job the bridge holds (after unhooking it from Slurm)"
+    )
+    add_json(u)
+    u.set_defaults(handler=_uninstall)
+
+    z = ssub.add_parser(
+        "build-node-zipapp",
+        help="the node side (Prolog/Epilog, EpilogSlurmctld) as one file, standard library only",
+    )
+    z.add_argument("out", metavar="OUT", type=Path, help="the zipapp to write, e.g. pool-node.pyz")
+    z.add_argument(
+        "--interpreter",
+        default="/usr/bin/python3 -I",
+        help="its #! line, when run directly (/usr/bin/python3 -I)",
+    )
+    add_json(z)
+    z.set_defaults(handler=_node_zipapp)
 
     i = ssub.add_parser("install-config", help="write job_submit.lua, the config, token and epilog")
     i.add_argument("etc", metavar="ETC", help="the folder of slurm.conf, e.g. /etc/slurm")
@@ -251,5 +332,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--gpu", action="store_true", help="also slurmd's Prolog/Epilog charging GPU energy"
     )
     i.add_argument("--dcgm-url", help="the nodes' DCGM exporter, where NVML cannot be read")
+    i.add_argument(
+        "--node-python",
+        help="the nodes' Python 3.11+ for the GPU Prolog/Epilog, e.g. /usr/bin/python3 (this one)",
+    )
+    i.add_argument(
+        "--no-job-submit",
+        action="store_true",
+        help="write pool_bridge.lua but not job_submit.lua: the site's own calls the module",
+    )
     add_json(i)
     i.set_defaults(handler=_install)

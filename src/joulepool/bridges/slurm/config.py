@@ -13,8 +13,24 @@ anything outside it, naming the line's key, before slurmctld ever sees it:
     on_unreachable = "hold"                  # "hold" (fail-closed) or "admit" (fail-open)
     cluster = "mycluster"                    # part of every claim id
 
+    mode = "enforce"                         # "enforce" or "shadow" (decide, record, hold nothing)
+    cpu_only = "claim"                       # a job with no GPU: "claim" its CPUs, or "exempt"
+
     [accounts]                               # Slurm account = Pool entitlement
     physics = "vision"
+
+    [default_estimate]                       # for a job that gives no estimate (Estimator)
+    gpu_power_w = 700                        # W per GPU x GPUs x time limit
+    cpu_power_w = 10                         # W per CPU x CPUs x time limit (CPU-only jobs)
+    [account_estimate]                       # a fixed figure per job (per array task)
+    physics = "20MJ"
+    [partition_estimate]
+    debug = "1MJ"
+
+    [exempt_accounts]                        # never claimed
+    admin = true
+    [exempt_partitions]
+    maint = true
 
 This module and `epilog.py` use the standard library only: the epilog runs as SlurmUser,
 often under the system's Python, where joulepool's dependencies may not be importable.
@@ -30,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from joulepool.errors import InvalidInput, PoolError
+from joulepool.units import parse_energy
 
 SAFE = re.compile(r"^[A-Za-z0-9_.:@+/-]+$")
 """What an id may hold to travel in an admin comment: no spaces, no ';' or '=' (the separators)."""
@@ -42,9 +59,36 @@ MAX_TIMEOUT_MS = 900
 """Submission stalls slurmctld for everyone while Pool answers: never a second or more."""
 DEFAULT_TIMEOUT_MS = 500
 ON_UNREACHABLE = ("hold", "admit")
-STATES = ("admitted", "releasing", "queued", "unreachable", "denied", "unaccounted")
+STATES = (
+    "admitted",
+    "releasing",
+    "queued",
+    "unreachable",
+    "denied",
+    "unaccounted",
+    "shadow_queued",
+    "shadow_denied",
+)
 """Where a job stands with Pool, as its admin comment records it. `releasing`: admitted, and
-the agent is lifting its hold (a crash between the two is finished on the next pass)."""
+the agent is lifting its hold (a crash between the two is finished on the next pass).
+`shadow_*`: in shadow mode, what Pool's verdict would have done; the job ran unclaimed."""
+SHADOW_STATES = ("shadow_queued", "shadow_denied")
+MODES = ("enforce", "shadow")
+CPU_ONLY = ("claim", "exempt")
+TABLES = (
+    "pool",
+    "accounts",
+    "default_estimate",
+    "account_estimate",
+    "partition_estimate",
+    "exempt_accounts",
+    "exempt_partitions",
+)
+"""The tables of `pool-bridge.toml`, each one job_submit.lua reads."""
+MAX_POWER_W = 100_000
+"""A default power per device past this is a typo (a node's whole draw is kilowatts)."""
+_LUA_ENERGY = re.compile(r"\A\d+(?:\.\d+)?(?:uJ|mJ|J|kJ|MJ|GJ|TJ|Wh|kWh|MWh|GWh)?\Z")
+"""A figure both job_submit.lua's parser and `joulepool.units` read alike."""
 ADMITTED_STATES = ("admitted", "releasing")
 HELD_STATES = ("queued", "unreachable", "denied")
 DEFAULT_GPU_WAIT_S = 30
@@ -88,6 +132,21 @@ class BridgeConfig:
     """Each node's node_exporter (RAPL), `{node}` standing for the node's name."""
     gpu_state_dir: Path | None = None
     """The GPU Prolog's `--state-dir`, where the agent finds jobs' start readings."""
+    mode: str = "enforce"
+    """`shadow`: every job is decided and recorded, none held or rejected (docs/slurm.md)."""
+    cpu_only: str = "claim"
+    """A job that asks for no GPU: `claim` (its CPUs are its devices) or `exempt`."""
+    default_power_w: dict[str, int] = field(default_factory=dict)
+    """`gpu_power_w` and `cpu_power_w`: a job without an estimate is charged this per
+    device times its time limit, graded Estimator (§4.4: a guess never borrows)."""
+    account_estimate: dict[str, int] = field(default_factory=dict)
+    """A fixed estimate (µJ) per job of the account, for a job without one."""
+    partition_estimate: dict[str, int] = field(default_factory=dict)
+    """A fixed estimate (µJ) per job of the partition, after the account's."""
+    exempt_accounts: frozenset[str] = frozenset()
+    """Accounts whose jobs are never claimed."""
+    exempt_partitions: frozenset[str] = frozenset()
+    """Partitions whose jobs are never claimed."""
 
     @property
     def gpu_wait(self) -> float | None:
@@ -109,11 +168,11 @@ def _check_lua_subset(text: str, where: str) -> None:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
-        if re.fullmatch(r"\[(pool|accounts)\]", line):
+        if re.fullmatch(r"\[(" + "|".join(TABLES) + r")\]", line):
             continue
         if line.startswith("["):
             raise BridgeConfigError(
-                f"{where}:{n}", f"unknown table {line}; only [pool] and [accounts]"
+                f"{where}:{n}", f"unknown table {line}; only {', '.join(TABLES)}"
             )
         key = _LUA_KEY.match(line)
         if key is None or not _LUA_VALUE.match(line[key.end() :].strip()):
@@ -134,14 +193,16 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         ) from None
     except OSError as exc:
         raise BridgeConfigError(where, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BridgeConfigError(where, "not a bridge configuration: not UTF-8 text") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BridgeConfigError(where, f"not valid TOML: {exc}") from None
     _check_lua_subset(text, where)
-    extra = sorted(set(doc) - {"pool", "accounts"})
+    extra = sorted(set(doc) - set(TABLES))
     if extra:
-        raise BridgeConfigError(f"{where}: {extra[0]}", "unknown table; only [pool] and [accounts]")
+        raise BridgeConfigError(f"{where}: {extra[0]}", f"unknown table; only {', '.join(TABLES)}")
     pool = doc.get("pool", {})
     known = {
         "url",
@@ -158,6 +219,8 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         "dcgm_url",
         "node_exporter_url",
         "gpu_state_dir",
+        "mode",
+        "cpu_only",
     }
     extra = sorted(set(pool) - known)
     if extra:
@@ -226,6 +289,18 @@ def read_bridge_config(path: Path) -> BridgeConfig:
     ):
         raise BridgeConfigError(f"{where}: pool.gpus_per_node", "an integer from 1 to 1024")
     sampling = _sampling(pool, where)
+    mode = pool.get("mode", "enforce")
+    if mode not in MODES:
+        raise BridgeConfigError(
+            f"{where}: pool.mode",
+            'must be "enforce" or "shadow" (decide and record every job, hold none)',
+        )
+    cpu_only = pool.get("cpu_only", "claim")
+    if cpu_only not in CPU_ONLY:
+        raise BridgeConfigError(
+            f"{where}: pool.cpu_only",
+            'must be "claim" (a job with no GPU claims its CPUs) or "exempt"',
+        )
     return BridgeConfig(
         path,
         url.rstrip("/"),
@@ -240,6 +315,13 @@ def read_bridge_config(path: Path) -> BridgeConfig:
         None if ca_file is None else Path(ca_file),
         gpus_per_node,
         *sampling,
+        mode,
+        cpu_only,
+        _power(doc.get("default_estimate", {}), where),
+        _figures(doc.get("account_estimate", {}), where, "account_estimate"),
+        _figures(doc.get("partition_estimate", {}), where, "partition_estimate"),
+        _names(doc.get("exempt_accounts", {}), where, "exempt_accounts"),
+        _names(doc.get("exempt_partitions", {}), where, "exempt_partitions"),
     )
 
 
@@ -268,6 +350,47 @@ def _sampling(
     return every, urls[0], urls[1], None if state_dir is None else Path(state_dir)
 
 
+def _power(table: dict[str, object], where: str) -> dict[str, int]:
+    known = ("gpu_power_w", "cpu_power_w")
+    out: dict[str, int] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise BridgeConfigError(
+                f"{where}: default_estimate.{key}", f"unknown key (known: {', '.join(known)})"
+            )
+        if type(value) is not int or not 1 <= value <= MAX_POWER_W:
+            raise BridgeConfigError(
+                f"{where}: default_estimate.{key}",
+                f"watts per device, an integer from 1 to {MAX_POWER_W}",
+            )
+        out[key] = value
+    return out
+
+
+def _figures(table: dict[str, object], where: str, name: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, value in table.items():
+        if not isinstance(value, str) or not _LUA_ENERGY.match(value):
+            raise BridgeConfigError(
+                f"{where}: {name}.{key}",
+                'an energy in quotes with its unit, such as "20MJ" or "5.5kWh"',
+            )
+        uj = parse_energy(value, f"{where}: {name}.{key}")
+        if not 1 <= uj < 10**18:
+            raise BridgeConfigError(f"{where}: {name}.{key}", "from 1 uJ to below 10^18 uJ")
+        out[key] = uj
+    return out
+
+
+def _names(table: dict[str, object], where: str, name: str) -> frozenset[str]:
+    for key, value in table.items():
+        if value is not True:
+            raise BridgeConfigError(
+                f"{where}: {name}.{key}", "must be true (remove the line to claim its jobs)"
+            )
+    return frozenset(table)
+
+
 def read_token(path: Path) -> str:
     """The bridge's bearer token, refusing a file other users could read (API.md, Tokens)."""
     try:
@@ -277,6 +400,8 @@ def read_token(path: Path) -> str:
         raise BridgeConfigError(str(path), "no such token file") from None
     except OSError as exc:
         raise BridgeConfigError(str(path), f"cannot read the token file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise BridgeConfigError(str(path), "not a token file: not UTF-8 text") from None
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise BridgeConfigError(
             str(path),

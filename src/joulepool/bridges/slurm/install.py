@@ -1,11 +1,14 @@
 """`pool slurm install-config`: lay out the bridge's files beside slurm.conf.
 
-    ETC/job_submit.lua        the shipped script, pointed at ETC/pool-bridge.toml
+    ETC/pool_bridge.lua       the bridge as a Lua module, pointed at ETC/pool-bridge.toml
+    ETC/job_submit.lua        the shipped one-liner over it (not with `job_submit=False`: a
+                              site's own job_submit.lua calls the module instead)
     ETC/pool-bridge.toml      Pool's address, the fail mode, the account mapping
     ETC/pool-bridge.token     the bearer token, mode 0600, owned by SlurmUser
-    ETC/pool-epilog.sh        EpilogSlurmctld: runs joulepool.bridges.slurm.epilog
+    ETC/pool-node.pyz         the node side as a zipapp, standard library only (nodeapp.py)
+    ETC/pool-epilog.sh        EpilogSlurmctld: `python3 -I pool-node.pyz ctld-epilog`
     ETC/pool-gpu-prolog.sh    with `gpu`: slurmd's Prolog and Epilog on every GPU node,
-    ETC/pool-gpu-epilog.sh    reading the job's GPUs (joulepool.bridges.slurm.gpu)
+    ETC/pool-gpu-epilog.sh    reading the job's GPUs (`pool-node.pyz prolog|epilog`)
 
 and say which slurm.conf lines to add. Nothing is overwritten unless asked (`force`).
 """
@@ -22,27 +25,53 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import joulepool
 from joulepool.bridges.slurm.config import (
     ACCOUNT,
     SAFE,
     BridgeConfigError,
     read_bridge_config,
 )
+from joulepool.bridges.slurm.nodeapp import build_node_zipapp
 from joulepool.files import write_atomically
 
 LUA = "job_submit.lua"
+MODULE = "pool_bridge.lua"
 CONFIG = "pool-bridge.toml"
 TOKEN = "pool-bridge.token"  # noqa: S105 (a file name)
 EPILOG = "pool-epilog.sh"
 GPU_PROLOG = "pool-gpu-prolog.sh"
 GPU_EPILOG = "pool-gpu-epilog.sh"
+NODE_APP = "pool-node.pyz"
 GPU_STATE_DIR = Path("/var/spool/pool-gpu")
 
 
 def shipped_lua() -> str:
-    """The job_submit.lua shipped with this package."""
+    """The job_submit.lua shipped with this package: one call into `shipped_module()`."""
     return (importlib.resources.files("joulepool.bridges.slurm") / LUA).read_text(encoding="utf-8")
+
+
+def shipped_module() -> str:
+    """pool_bridge.lua, the bridge's job_submit logic as a Lua module (pool/1 §4)."""
+    return (importlib.resources.files("joulepool.bridges.slurm") / MODULE).read_text(
+        encoding="utf-8"
+    )
+
+
+def chained_lua(etc: Path) -> str:
+    """The shipped job_submit.lua, finding pool_bridge.lua in `etc` (docs/slurm.md, Chaining)."""
+    if re.search(r'[";?\\\s]', str(etc)):
+        raise BridgeConfigError(
+            str(etc), "a folder for Lua's package.path: no quote, ';', '?', '\\' or space"
+        )
+    lua, n = re.subn(
+        r'^package\.path = ".*" \.\. package\.path$',
+        f'package.path = "{etc}/?.lua;" .. package.path',
+        shipped_lua(),
+        count=1,
+        flags=re.M,
+    )
+    assert n == 1, "the shipped job_submit.lua lost its package.path line"
+    return lua
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +137,14 @@ def install_config(
     gpu_state_dir: Path = GPU_STATE_DIR,
     node_python: str | None = None,
     ca_file: Path | None = None,
+    job_submit: bool = True,
 ) -> Installed:
     """Write the bridge's files into `etc` (see the module docstring).
 
     With `gpu`, also the node-side Prolog and Epilog (`gpu.py`), run by slurmd as root with
-    `node_python` (an interpreter with joulepool's dependencies; this one by default), reading
-    NVML, else the DCGM exporter at `dcgm_url`.
+    `node_python` (any Python 3.11+ on the nodes: the zipapp needs only the standard
+    library; this one by default), reading NVML, else the DCGM exporter at `dcgm_url`.
+    Implements the bridge's side of §2.3 (figures and grades) and §6.2 (release).
     """
     if dcgm_url is not None and not re.fullmatch(r"https?://[^\s'\"]+", dcgm_url):
         raise BridgeConfigError("--dcgm-url", "must be an http:// or https:// URL")
@@ -134,8 +165,13 @@ def install_config(
     except KeyError:
         raise BridgeConfigError("--slurm-user", f"no user {slurm_user!r} on this host") from None
     etc = etc.resolve()
+    lua = chained_lua(etc)
     ca_file = None if ca_file is None else ca_file.resolve()
-    names = (LUA, CONFIG, TOKEN, EPILOG) + ((GPU_PROLOG, GPU_EPILOG) if gpu else ())
+    names = (
+        ((LUA,) if job_submit else ())
+        + (MODULE, CONFIG, TOKEN, NODE_APP, EPILOG)
+        + ((GPU_PROLOG, GPU_EPILOG) if gpu else ())
+    )
     paths = {name: etc / name for name in names}
     if not force:
         present = [str(p) for p in paths.values() if p.exists()]
@@ -174,17 +210,22 @@ def install_config(
     _write(paths[CONFIG], text, 0o644)
     read_bridge_config(paths[CONFIG])
 
-    lua, n = re.subn(
+    module, n = re.subn(
         r'^local CONFIG_PATH = ".*"$',
         f'local CONFIG_PATH = "{paths[CONFIG]}"',
-        shipped_lua(),
+        shipped_module(),
         count=1,
         flags=re.M,
     )
-    assert n == 1, "the shipped job_submit.lua lost its CONFIG_PATH line"
-    _write(paths[LUA], lua, 0o644)
+    assert n == 1, "the shipped pool_bridge.lua lost its CONFIG_PATH line"
+    _write(paths[MODULE], module, 0o644)
+    if job_submit:
+        _write(paths[LUA], lua, 0o644)
 
-    package_root = Path(joulepool.__file__).resolve().parent.parent
+    # The scripts run the zipapp with -I: no PYTHONPATH, no user site, nothing of a
+    # source checkout or a virtual environment; the standard library is enough.
+    build_node_zipapp(paths[NODE_APP])
+    app = shlex.quote(str(paths[NODE_APP]))
     interpreter = python or sys.executable
     epilog = "\n".join(
         [
@@ -192,8 +233,7 @@ def install_config(
             "# EpilogSlurmctld of the joulepool bridge (pool slurm install-config).",
             "# slurmctld passes no SLURM_CONF to its scripts; sacct and squeue need it.",
             f"export SLURM_CONF={shlex.quote(str(conf))}",
-            f'export PYTHONPATH={shlex.quote(str(package_root))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
-            f"exec {shlex.quote(interpreter)} -m joulepool.bridges.slurm.epilog"
+            f"exec {shlex.quote(interpreter)} -I {app} ctld-epilog"
             f" --config {shlex.quote(str(paths[CONFIG]))}",
             "",
         ]
@@ -202,7 +242,7 @@ def install_config(
     conf_lines = ["JobSubmitPlugins=lua", f"EpilogSlurmctld={paths[EPILOG]}"]
     if gpu:
         for phase, name in (("prolog", GPU_PROLOG), ("epilog", GPU_EPILOG)):
-            argv = [node_python or sys.executable, "-m", "joulepool.bridges.slurm.gpu", phase]
+            argv = [node_python or sys.executable, "-I", str(paths[NODE_APP]), phase]
             argv += ["--state-dir", str(gpu_state_dir)]
             if dcgm_url is not None:
                 argv += ["--dcgm-url", dcgm_url]
@@ -211,8 +251,6 @@ def install_config(
                     "#!/bin/sh",
                     f"# slurmd's {phase.title()} of the joulepool bridge: the job's GPU energy.",
                     f"export SLURM_CONF={shlex.quote(str(conf))}",
-                    f"export PYTHONPATH={shlex.quote(str(package_root))}"
-                    '"${PYTHONPATH:+:$PYTHONPATH}"',
                     "exec " + " ".join(shlex.quote(a) for a in argv),
                     "",
                 ]

@@ -120,20 +120,25 @@ async def release(
         check_release, committer.pool, claim_id, actual.uj, service.max_device_power_w
     )
     if finding is not None:
-        if finding.kind == "above_ceiling" and not override:
+        # Doubted, with a physical bound or without one (10x its reservation): charged only
+        # when the caller confirms it, as `pool release` asks a person to. A figure charged
+        # is charged for good, and an unattended caller has nobody to ask.
+        if not override:
             raise refusal(finding)
-        # An override, or a figure far above its reservation with no ceiling to judge it
-        # by: charged as sent, and left in the log for whoever reads it.
         log.warning(
-            "release %s %s by %s: %s",
-            "override" if override else "flagged",
+            "release override %s by %s: claim %r: %s",
             finding.kind,
             who.name,
+            claim_id,
             finding.words,
         )
     rel = await committer.release(claim_id, actual)
     committer.pool.forget_live(claim_id)
-    note(request.scope, claim_id, "released" if finding is None else f"released:{finding.kind}")
+    note(
+        request.scope,
+        claim_id,
+        "released" if finding is None else f"released:override:{finding.kind}",
+    )
     metrics.commit_seconds.observe(time.perf_counter() - started)
     return JSONResponse({"claim": rel.claim, "seq": rel.seq, "charged": rel.charged.to_json()})
 
