@@ -122,7 +122,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--since", type=_count, metavar="MS", help="only records at or after MS (epoch ms)"
     )
     p.add_argument("--claim", metavar="ID", help="only this claim's records")
-    p.add_argument("--limit", type=_count, default=100, metavar="N", help="at most N (default 100)")
+    p.add_argument(
+        "--limit", type=_count, default=100, metavar="N", help="at most N (default: 100)"
+    )
     add_client(p)
     add_json(p)
     p.set_defaults(handler=_actions)
