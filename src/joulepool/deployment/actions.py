@@ -92,20 +92,31 @@ class ActionLog:
             lines = lines[1:]  # the first is a line's tail
         yield from (line for line in lines if line)
 
+    def _parsed(self, line: bytes) -> dict[str, Any] | None:
+        if len(line) > MAX_LINE:
+            return None
+        try:
+            return valid_record(json.loads(line))
+        except (ValueError, RecursionError):
+            return None
+
     def _records(self, count: bool = False) -> Iterator[dict[str, Any]]:
         """Every readable record, oldest first; `count`: add the lines skipped to `skipped`."""
         for path in (self.previous, self.path):
             for line in self._lines(path):
-                record = None
-                if len(line) <= MAX_LINE:
-                    try:
-                        record = valid_record(json.loads(line))
-                    except (ValueError, RecursionError):
-                        record = None
+                record = self._parsed(line)
                 if record is None:
                     self.skipped += count
                     continue
                 yield record
+
+    def _newest_first(self) -> Iterator[dict[str, Any]]:
+        """Every readable record, newest first, parsed only as far as a reader goes."""
+        for path in (self.path, self.previous):
+            for line in reversed(list(self._lines(path))):
+                record = self._parsed(line)
+                if record is not None:
+                    yield record
 
     def _index(self, record: dict[str, Any]) -> None:
         claim, kind, outcome = record["claim"], record["kind"], record["outcome"]
@@ -164,10 +175,14 @@ class ActionLog:
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Up to `limit` records `keep` admits, newest first (API.md `GET /v1/actions`)."""
+        found: list[dict[str, Any]] = []
         with self._lock:
-            found = [r for r in self._records() if keep(r)]
-        found.reverse()
-        return found[:limit]
+            for record in self._newest_first():
+                if len(found) >= limit:
+                    break
+                if keep(record):
+                    found.append(record)
+        return found
 
 
 def matching(
