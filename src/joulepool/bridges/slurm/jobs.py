@@ -365,13 +365,14 @@ def job_energy(job_id: int, env: Mapping[str, str], requeued: bool = False) -> J
         [*argv, *(["-D"] if requeued else []), "-o", _SACCT_RUN],
         env,
     )
-    # One group a run: the job's own line, then its steps.
+    # One group a run: the job's own line (`N`, or `A_T` for an array's task), then its
+    # steps (`N.batch`, `N.extern`, `N.0`).
     runs: list[list[list[str]]] = []
     for line in out.splitlines():
         cols = line.strip().split("|")
         if len(cols) < 6:
             continue
-        if cols[0] == str(job_id):
+        if "." not in cols[0] or not runs:
             runs.append([])
         if runs:
             runs[-1].append(cols)
