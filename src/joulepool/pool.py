@@ -36,6 +36,7 @@ from joulepool.grade import Energy
 from joulepool.idle import IdlePolicy
 from joulepool.ledger import SNAPSHOT_EVERY as SNAPSHOT_EVERY
 from joulepool.ledger import SNAPSHOT_SECONDS as SNAPSHOT_SECONDS
+from joulepool.ledger.configs import ConfigHistory
 from joulepool.ledger.cose import GENESIS, open_envelope
 from joulepool.ledger.entry import brief, event_of, seal_entry
 from joulepool.ledger.fold import LedgerState, PeriodFigures, capture
@@ -266,6 +267,9 @@ class Pool:
             raise PoolError("the steward's key must include its secret to seal entries")
         self.read_only = read_only
         self.key = key
+        # Every configuration put in force, kept beside the ledger (docs/reliability.md §18);
+        # the opener sets it, and a bare Pool has none, so reports name no configuration.
+        self.configs: ConfigHistory | None = None
         self.store = store
         self.idle_policy = idle_policy if idle_policy is not None else IdlePolicy()
         self.required_evidence = required_evidence
@@ -656,40 +660,19 @@ class Pool:
                 return self.state.current(self.now_ms()).of(entitlement)
             return self.state.figures_in(entitlement, index)
 
-    def report(self, entitlement: str, index: int | None = None) -> dict[str, Any]:
+    def report(
+        self, entitlement: str, index: int | None = None, tree: Tree | None = None
+    ) -> dict[str, Any]:
         """API.md's Entitlement with its `usage` in a period (the current one by default),
-        the period named in it: the one usage answer of the CLI, HTTP and metrics."""
+        the period named in it: the one usage answer of the CLI, HTTP and metrics. `tree` is
+        the tree that judges the period (docs/reliability.md §18), the one in force if None."""
         with self._settled():
-            ent = self.tree[entitlement]
+            ent = (self.tree if tree is None else tree)[entitlement]
             if index is None:
                 index = self.state.schedule.index_at(self.now_ms())
             period = self.state.schedule.period(index)
             figures = self.usage_of(entitlement, index)
             return {**ent.to_json(), "usage": figures.to_json(ent.guarantee_uj, period.to_json())}
-
-    def history(self, entitlement: str) -> dict[str, Any]:
-        """Each period's charged energy against the guarantee, oldest first (DESIGN.md §3):
-        what `pool usage --history` and `GET /v1/entitlements/{id}/periods` show."""
-        with self._settled():
-            ent = self.tree.get(entitlement)
-            if ent is None:
-                raise InvalidInput("entitlement", f"no entitlement {entitlement!r} in the tree")
-            schedule = self.state.schedule
-            rows = [
-                {
-                    "label": schedule.label(fig.period.index),
-                    "period": fig.period.to_json(),
-                    "claims": fig.claims,
-                    "charged_uj": fig.charged_uj,
-                    "reserved_uj": fig.reserved_uj,
-                    "committed_uj": fig.committed_uj,
-                    "guarantee_uj": ent.guarantee_uj,
-                    "remaining_uj": max(0, ent.guarantee_uj - fig.committed_uj),
-                    "borrowed_uj": max(0, fig.committed_uj - ent.guarantee_uj),
-                }
-                for fig in self.state.periods_of(entitlement)
-            ]
-            return {"id": entitlement, "period": schedule.to_json(), "periods": rows}
 
     def periods_of(self, entitlement: str) -> list[PeriodFigures]:
         """Each period in which `entitlement` had claims admitted, oldest first (DESIGN.md §3)."""

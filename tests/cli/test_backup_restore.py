@@ -39,6 +39,8 @@ def test_s6_1_backup_restore_states_the_loss_and_needs_consent(tmp_path: Path) -
     assert "steward.key" not in made["files"]
     assert {"ledger.cbor", "ledger.cbor.hwm", "pool.toml", "steward.pub"} <= set(made["files"])
     assert "rotations/00000000.cose" in made["files"]
+    # The configuration judging its periods travels with it (docs/reliability.md §18).
+    assert "configs/00000000.cose" in made["files"]
     # After the backup: two more acknowledged entries, then the machine's ledger is lost.
     admit(folder, "b")
     admit(folder, "c", "language")

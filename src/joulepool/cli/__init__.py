@@ -40,6 +40,7 @@ _OPTIONAL = (
     "joulepool.cli.live_cmd",
     "joulepool.cli.actions_cmd",
     "joulepool.cli.keys_cmd",
+    "joulepool.cli.config_cmd",
     "joulepool.cli.ledger_cmd",
     "joulepool.cli.witness_cmd",
     "joulepool.cli.pool_cmd",

@@ -323,7 +323,9 @@ def _rollover(d: _Demo, pool: Pool) -> None:
         earned.estimate.grade.value,
         class_="sim-episode",
     )
-    history = pool.history("robotics")["periods"]
+    from joulepool.views.usage import history as usage_history
+
+    history = usage_history(pool, "robotics")["periods"]
     for row in history[-3:]:
         d.say(
             f"  robotics, period {row['label']}: {row['claims']} claim(s), "

@@ -107,6 +107,28 @@ def _verify(args: argparse.Namespace) -> int:
             out |= {"length": gone.length, "acknowledged": gone.acknowledged}
         emit(args, out, lambda c: c.print(f"REFUSED: {gone.code}: {gone.detail}"))
         return 1
+    from joulepool.deployment.verify import verified_configs
+    from joulepool.ledger.configs import ConfigStatementRefused
+
+    try:
+        configs = verified_configs(args.file, replayer.keys, replayer.length)
+    except ConfigStatementRefused as bad_config:
+        store.close()
+        config_bad = bad_config
+        emit(
+            args,
+            {
+                "ok": False,
+                "error": "bad_config_statement",
+                "index": config_bad.index,
+                "detail": config_bad.detail,
+            },
+            lambda c: c.print(
+                f"REFUSED: configuration statement {config_bad.index}: bad_config_statement: "
+                f"{config_bad.detail}"
+            ),
+        )
+        return 1
     try:
         from joulepool.deployment.verify import ledger_attestation, locate
 
@@ -125,6 +147,7 @@ def _verify(args: argparse.Namespace) -> int:
         "acknowledged": high.length if high is not None else None,
         "writer_pid": store.writer_pid,
         "rotations": len(replayer.keys.statements),
+        "configurations": len(configs.statements),
         "snapshots": snapshots,
         # DESIGN.md §8: the tree a checkpoint of this ledger signs, rebuilt by this replay.
         "tree_size": replayer.merkle.size,
@@ -153,6 +176,11 @@ def _verify(args: argparse.Namespace) -> int:
             c.print(
                 f"steward keys: {len(replayer.keys.statements)} rotation statements verified "
                 f"from the first key; the key in force is {replayer.keys.current_key.hex()}"
+            )
+        if configs.statements:
+            c.print(
+                f"configurations: {len(configs.statements)} statements verified (signatures, "
+                "order, digests); `pool config history` lists them"
             )
         if store.writer_pid is not None:
             c.print(beside_writer(store.writer_pid))

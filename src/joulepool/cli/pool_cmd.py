@@ -433,7 +433,9 @@ def _usage(args: argparse.Namespace) -> int:
         index = None if args.period is None else pool.schedule.parse_label(args.period, "--period")
         period = pool.period(index)
         rows = usage_rows(pool, period.index)
-        tree = pool.tree
+        from joulepool.views.usage import judged_by
+
+        tree, configuration = judged_by(pool, period)
         length = pool.length
         words = period_words(pool.schedule, period)
         source = read_source(pool)
@@ -457,17 +459,38 @@ def _usage(args: argparse.Namespace) -> int:
             )
         if args.units not in {"uJ", "J"}:
             c.print("figures are rounded in the table's unit; --units uJ or --json give exact µJ")
+        c.print(configuration_words(configuration))
         c.print(source_words(source))
 
     out = {"length": length, "period": period.to_json(), "entitlements": rows, "read": source}
+    if configuration is not None:
+        out["configuration"] = configuration
     if pool.schedule.kind != "none":
         out["label"] = pool.schedule.label(period.index)
     emit(args, out, human)
     return 0
 
 
+def configuration_words(configuration: dict[str, Any] | None) -> str:
+    """Which configuration judged a period, as an operator reads it (docs/reliability.md §18)."""
+    from joulepool.periods import utc_text
+
+    if configuration is None:
+        return "judged by the tree in pool.toml (no configuration statement records it)"
+    words = (
+        f"judged by configuration {configuration['digest'][:12]} (statement "
+        f"{configuration['position']}, in force since {utc_text(configuration['since_ms'])}, "
+        f"from entry {configuration['from_length']}, applied by {configuration['applied_by']})"
+    )
+    if configuration.get("recorded_after_period"):
+        words += "; recorded after this period ended: the earliest record there is"
+    return words
+
+
 def _history(args: argparse.Namespace, pool: Pool) -> int:
-    result = pool.history(args.history)
+    from joulepool.views.usage import history
+
+    result = history(pool, args.history)
     schedule = pool.schedule
 
     def human(c: Console) -> None:
@@ -476,21 +499,28 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
 
         periods = result["periods"]
         names = ("charged", "reserved", "guarantee", "remaining")
-        one = column([r[f"{n}_uj"] for r in periods for n in names], args.units)
-        energy = [(f"{n} ({one.label})", [one.show(r[f"{n}_uj"]) for r in periods]) for n in names]
+        one = column([r[f"{n}_uj"] for r in periods for n in names if f"{n}_uj" in r], args.units)
+        energy = [
+            (
+                f"{n} ({one.label})",
+                [one.show(r[f"{n}_uj"]) if f"{n}_uj" in r else "-" for r in periods],
+            )
+            for n in names
+        ]
         headings = [h for h, _ in energy]
         c.print(
             table(
                 f"{args.history}: each {schedule.noun}'s energy against its guarantee",
-                ["period", "from", "claims", *headings],
+                ["period", "from", "claims", *headings, "configuration"],
                 [
                     [
-                        r["label"],
+                        r["label"] + (" Σ" if r.get("subtree") else ""),
                         "-"
                         if r["period"]["start_ms"] is None
                         else utc_text(r["period"]["start_ms"]),
                         r["claims"],
                         *(cells[i] for _, cells in energy),
+                        r["configuration"]["digest"][:12] if "configuration" in r else "-",
                     ]
                     for i, r in enumerate(periods)
                 ],
@@ -498,6 +528,21 @@ def _history(args: argparse.Namespace, pool: Pool) -> int:
             )
         )
         c.print("a guarantee unspent at its period's end is gone: nothing carries over")
+        c.print(
+            "each period is judged by the configuration in force at its end (its digest; "
+            "`pool config history DIR` lists them); Σ: the subtree's sums"
+        )
+        # A statement judging periods before it was made is said so, apart from its own.
+        used = {
+            (
+                r["configuration"]["position"],
+                bool(r["configuration"].get("recorded_after_period")),
+            ): r["configuration"]
+            for r in periods
+            if "configuration" in r
+        }
+        for _, configuration in sorted(used.items()):
+            c.print(configuration_words(configuration))
 
     emit(args, result, human)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -456,6 +457,12 @@ def _reload(args: argparse.Namespace) -> int:
             f"{folder / PID} names pid {pid}, which is not running pool serve "
             "(pool serve was killed?)"
         )
+    from joulepool.deployment.configs import note_reload_request
+
+    # The reload names who asked for it (docs/reliability.md §18): a signal cannot. A
+    # folder this user may not write in costs only the name: the reload says "unknown".
+    with contextlib.suppress(OSError):
+        note_reload_request(folder)
     sent = time.monotonic_ns()
     try:
         os.kill(pid, signal.SIGHUP)

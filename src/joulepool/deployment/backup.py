@@ -253,6 +253,17 @@ def backup(folder: Path, out: Path, *, with_secret_key: bool = False) -> dict[st
             # Running jobs' claim tokens stay valid after a restore only with the same secret.
             _copy_file(folder / CLAIM_SECRET, out / CLAIM_SECRET, 0o600)
     _copy_tree(folder / ROTATIONS, out / ROTATIONS)
+    # The configurations in force over the ledger it copies (docs/reliability.md §18); one
+    # applied after its last entry belongs to a history the backup does not hold.
+    from joulepool.deployment.configs import CONFIGS, config_history
+    from joulepool.deployment.keys import deployment_keys
+
+    kept = {
+        f"{a.position:08d}.cose"
+        for a in config_history(folder, deployment_keys(folder, read_only=True)[1]).applied
+        if a.from_length <= length
+    }
+    _copy_tree(folder / CONFIGS, out / CONFIGS, lambda p: p.name in kept)
     _copy_tree(folder / WITNESSES, out / WITNESSES)
     snaps = SnapshotFolder.beside(folder / LEDGER)
     _copy_tree(

@@ -9,6 +9,9 @@
     DIR/tokens.toml      bearer-token hashes for `pool serve`
     DIR/pool.serve.pid   the running `pool serve`'s pid; DIR/pool.reload.json its last
                          SIGHUP reload's outcome (`service.reloads`, `pool reload DIR`)
+    DIR/configs/         signed configuration statements: every configuration put in force
+                         (`deployment.configs`, docs/reliability.md §18)
+    DIR/pool.reload.log  every reload and what it changed, JSON lines (`pool config history`)
 
 Reading the configuration is strict: an unknown key, a float, a negative figure or a broken
 tree is refused naming the file, the node and the field, and nothing is half-applied.
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -214,7 +216,15 @@ def _origin(doc: Mapping[str, Any], where: str) -> str | None:
 
 
 def config_digest(config: Config) -> bytes:
-    """SHA-256 of what decides in `pool.toml`: every field of every entitlement, in the
+    """The SHA-256 of `config_document`'s canonical text (docs/reliability.md §8)."""
+    from joulepool.ledger.configs import config_text
+
+    return hashlib.sha256(config_text(config_document(config)).encode("ascii")).digest()
+
+
+def config_document(config: Config) -> dict[str, Any]:
+    """The document `config_digest` hashes and a configuration statement keeps
+    (docs/reliability.md §8, §18): SHA-256 of what decides in `pool.toml`: every field of every entitlement, in the
     tree's order, the idle policy, `required_evidence` and the budget period schedule
     (DESIGN.md §3: the period decides which spending counts), as canonical JSON. Replicas of
     one PostgreSQL ledger must agree on it (docs/reliability.md); comments, key order and
@@ -244,8 +254,7 @@ def config_digest(config: Config) -> bytes:
         doc["c2sp_witness"] = [{"url": w.url, "vkey": w.vkey.encode()} for w in config.witnesses]
     if config.runtime is not None:
         doc["runtime"] = config.runtime.to_json()
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).digest()
+    return doc
 
 
 def _optional_figure(table: Mapping[str, Any], name: str, where: str) -> int | None:

@@ -12,8 +12,9 @@ is never refused, while one typed in kJ for J, or ×1000, is (DESIGN.md "Plausib
 
 def init_deployment(folder: Path, steward: str, max_device_power_w: int | None = None) -> None:
     """Create a deployment folder: the steward's key and its public half, the example tree
-    with a monthly budget period, an empty ledger (DESIGN.md §3, §5), and the release ceiling
-    `max_device_power_w` when given. A folder that is not empty is refused, never overwritten."""
+    with a monthly budget period, an empty ledger (DESIGN.md §3, §5), its first configuration
+    statement (docs/reliability.md §18), and the release ceiling `max_device_power_w` when
+    given. A folder that is not empty is refused, never overwritten."""
     from joulepool.deployment.claim_tokens import claim_secret
     from joulepool.deployment.config import (
         CONFIG,
@@ -47,3 +48,17 @@ def init_deployment(folder: Path, steward: str, max_device_power_w: int | None =
         max_device_power_w=max_device_power_w,
     )
     create(folder / LEDGER).close()
+    # The first configuration statement: the tree `pool init` wrote, in force from entry 0
+    # (docs/reliability.md §18).
+    import time
+
+    from joulepool.deployment.config import read_config
+    from joulepool.deployment.configs import applier, record_config
+    from joulepool.ledger.configs import ConfigHistory
+    from joulepool.ledger.rotation import KeySchedule
+
+    history = ConfigHistory(KeySchedule(steward, key.public_key))
+    config = read_config(folder / CONFIG)
+    record_config(
+        folder, history, key, config, 0, time.time_ns() // 1_000_000, applier("pool init")
+    )

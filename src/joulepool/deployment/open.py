@@ -12,6 +12,7 @@ from typing import Any
 
 from joulepool.deployment.clock import read_acceptance
 from joulepool.deployment.config import CONFIG, KEY, LEDGER, WITNESSES, Config, read_config
+from joulepool.deployment.configs import applier, config_history, record_in_pool
 from joulepool.deployment.keys import deployment_keys, rotate_pending
 from joulepool.deployment.witnesses import kept_marks
 from joulepool.errors import PoolError
@@ -144,11 +145,24 @@ def open_pool(
             watch_clock_steps=True,
             accepted_clock=lambda: read_acceptance(folder),
         )
+        # Configuration statements are verified like rotation statements: a forged one
+        # refuses the open, since it would judge history by a tree never in force (§18).
+        pool.configs = config_history(folder, schedule)
     except BaseException:
         store.close()
         raise
     if not read_only:
         put_pending_in_force(folder, pool, report)
+        try:
+            applied = record_in_pool(folder, pool, config, applier(f"{who} start"))
+        except BaseException:
+            pool.close()
+            raise
+        if applied is not None:
+            report(
+                f"configuration {applied.digest.hex()[:12]} recorded as statement "
+                f"{applied.position}, in force from entry {applied.from_length}"
+            )
     return pool
 
 

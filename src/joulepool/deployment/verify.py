@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from joulepool.ledger.configs import ConfigHistory
     from joulepool.ledger.keys import KeyPair
     from joulepool.ledger.replay import Replayer
+    from joulepool.ledger.rotation import KeySchedule
     from joulepool.stores.file import FileStore
 
 Run = Callable[[Callable[[int], None] | None], "Replayer"]
@@ -254,3 +256,22 @@ def ledger_attestation(
         wk = load_key_file(witness_key)
         kept.append(KeptReceipt(wk.kid, wk.public_key, receipt.read_bytes()))
     return attestation(kept, key.kid, key.public_key, replayer.length, lambda n: head_at(store, n))
+
+
+def verified_configs(target: str, keys: KeySchedule, length: int) -> ConfigHistory:
+    """The configuration statements beside the ledger `target` (`configs/`), each verified
+    under the steward's keys over time, in order, and none taking effect past the ledger's
+    `length` (docs/reliability.md §18); `ConfigStatementRefused` at the first that fails."""
+    from joulepool.deployment.configs import CONFIGS, read_config_statements
+    from joulepool.ledger.configs import ConfigHistory, ConfigStatementRefused
+
+    where = locate(target, None)
+    history = ConfigHistory.verified(keys, read_config_statements(where.ledger.parent / CONFIGS))
+    for applied in history.applied:
+        if applied.from_length > length:
+            raise ConfigStatementRefused(
+                applied.position,
+                f"it takes effect from entry {applied.from_length}, past the ledger's "
+                f"{length} entries",
+            )
+    return history

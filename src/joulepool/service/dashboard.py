@@ -48,7 +48,7 @@ def dashboard(
     for _ in range(CONSISTENT_TRIES):
         before = pool.length
         folded = timeline.catch_up(pool, REQUEST_FOLD_MAX)
-        rows = entitlement_reports(pool, visible, chosen)
+        rows = entitlement_reports(pool, visible, chosen, present_only=True)
         if folded == before == pool.length:
             break
 

@@ -246,7 +246,9 @@ class _PoolCollector(Collector):
         visible = self._visible(pool)
         # One period for the whole scrape, so no figure straddles a rollover (DESIGN.md §3).
         period = pool.period()
-        rows = entitlement_reports(pool, [e.id for e in pool.tree if visible(e.id)], period.index)
+        rows = entitlement_reports(
+            pool, [e.id for e in pool.tree if visible(e.id)], period.index, present_only=True
+        )
         labels = ["entitlement", "parent"]
         for name, words, field, energy in USAGE_GAUGES:
             family = GaugeMetricFamily(name, words, labels=labels)

@@ -229,8 +229,21 @@ class SubtreeUsageOut(UsageOut):
     subtree: Literal[True]
 
 
+class ConfigurationOut(BaseModel):
+    """The configuration that judged a period: its statement (docs/reliability.md §18)."""
+
+    position: int
+    digest: str
+    from_length: int
+    since_ms: int
+    applied_by: str
+    recorded_after_period: Literal[True] | SkipJsonSchema[None] = None
+
+
 class PeriodFiguresOut(BaseModel):
-    """One period's energy against the guarantee."""
+    """One period's energy against the guarantee in force at its end; for an interior
+    node its subtree's sums (`subtree`); without a guarantee (`in_tree` false) where the
+    tree that judges the period did not have the node (docs/reliability.md §18)."""
 
     label: str
     period: PeriodOut
@@ -238,9 +251,12 @@ class PeriodFiguresOut(BaseModel):
     charged_uj: int
     reserved_uj: int
     committed_uj: int
-    guarantee_uj: int
-    remaining_uj: int
-    borrowed_uj: int
+    guarantee_uj: int | SkipJsonSchema[None] = None
+    remaining_uj: int | SkipJsonSchema[None] = None
+    borrowed_uj: int | SkipJsonSchema[None] = None
+    subtree: Literal[True] | SkipJsonSchema[None] = None
+    in_tree: Literal[False] | SkipJsonSchema[None] = None
+    configuration: ConfigurationOut | SkipJsonSchema[None] = None
 
 
 class PeriodScheduleOut(BaseModel):
@@ -271,6 +287,7 @@ class EntitlementOut(BaseModel):
     priority: int
     usage: UsageOut
     subtree: SubtreeUsageOut | SkipJsonSchema[None] = None
+    configuration: ConfigurationOut | SkipJsonSchema[None] = None
 
 
 class EntitlementsOut(BaseModel):

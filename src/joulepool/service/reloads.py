@@ -9,6 +9,10 @@ and `tokens.toml` watched.
   missing or lists no token while tokens are in force is refused like a malformed one.
 - `tokens.toml` is watched (its mtime, size and inode, every `POLL_S`): a change is taken
   in by itself, a revoke within a second, no SIGHUP.
+- Every reload is logged in `DIR/pool.reload.log` (JSON lines: when, what started it, the
+  outcome, and what changed, tokens by name only; docs/reliability.md §18), and a reload
+  that changes the configuration's digest keeps a signed configuration statement under
+  `DIR/configs/` (`deployment.configs`), which later reports judge past periods by.
 - Every reload's outcome is kept for `/metrics` (`pool_config_last_reload_successful`) and,
   for a SIGHUP, written to `DIR/pool.reload.json` (`STATUS`), which `pool reload DIR` waits
   for; `DIR/pool.serve.pid` (`PID`) names the running service.
@@ -32,6 +36,7 @@ from joulepool.errors import InvalidTokens, PoolError
 from joulepool.files import write_atomically
 
 if TYPE_CHECKING:
+    from joulepool.ledger.configs import AppliedConfig
     from joulepool.service.served import Service
 
 log = logging.getLogger("joulepool.serve")
@@ -177,10 +182,15 @@ class Reloader:
         is, since a new token may name an entitlement only the new tree has."""
         started = time.monotonic_ns()
         before = list(self.service.tree())
+        from joulepool.deployment.configs import applier, sighup_sender
+
+        in_force = self._recorded()
+        scopes = self.service.tokens.scopes()
+        who = sighup_sender(self.folder, started) if trigger == SIGHUP else applier(trigger)
         tokens = self._tokens()
         config = None
         if trigger == SIGHUP:
-            config = self._config()
+            config = self._config(who)
             if config is None and tokens is not None and list(self.service.tree()) != before:
                 tokens = self._tokens()  # a token may name what the new tree adds
             self._config_ok = config is None
@@ -207,7 +217,46 @@ class Reloader:
                 )
             except OSError as exc:
                 log.error("the reload's outcome could not be written to %s: %s", STATUS, exc)
+        self._log(outcome, who, in_force, scopes)
         return outcome
+
+    def _recorded(self) -> AppliedConfig | None:
+        """The configuration statement in force, or None before the ledger is replayed."""
+        pool = self.service.pool
+        return None if pool is None or pool.configs is None else pool.configs.last
+
+    def _log(
+        self,
+        outcome: Outcome,
+        who: str,
+        before: AppliedConfig | None,
+        scopes: list[tuple[str, str]],
+    ) -> None:
+        """One line of `DIR/pool.reload.log` (docs/reliability.md §18): when, what started
+        it, whether it was taken, and what changed: the configuration put in force against
+        the one before (nothing when it was refused or the same), tokens by name only."""
+        from joulepool.deployment.configs import config_diff, log_reload, tokens_diff
+
+        after = self._recorded()
+        changed: dict[str, object] = {}
+        if after is not None and (before is None or after.position != before.position):
+            old = None if before is None else json.loads(before.text)
+            changed = config_diff(old, json.loads(after.text))
+        record: dict[str, object] = {
+            "at_ms": outcome.done_ms,
+            "trigger": outcome.trigger,
+            "who": who,
+            "ok": outcome.ok,
+            "message": outcome.message,
+            "config": changed,
+            "tokens": tokens_diff(scopes, self.service.tokens.scopes()),
+        }
+        if after is not None:
+            record["configuration"] = after.to_json()
+        try:
+            log_reload(self.folder, record)
+        except OSError as exc:
+            log.error("the reload could not be logged in %s: %s", self.folder, exc.strerror)
 
     def _tokens(self) -> str | None:
         """Put `tokens.toml` in force, checked against the tree in force; the refusal, or
@@ -237,19 +286,37 @@ class Reloader:
             self.say(f"pool serve: tokens reloaded ({len(entries)} in force)")
             return None
 
-    def _config(self) -> str | None:
+    def _config(self, who: str) -> str | None:
         """Put `pool.toml` in force (`Service.reload`); the refusal, or None."""
         from joulepool.deployment.config import CONFIG, read_config
+        from joulepool.deployment.configs import record_in_pool
         from joulepool.deployment.open import put_pending_in_force, say
 
         try:
-            self.service.reload(read_config(self.folder / CONFIG))
+            config = read_config(self.folder / CONFIG)
+            self.service.reload(config)
         except Exception as exc:
             message = f"reload refused, keeping the old configuration: {_named(exc)}"
             self.say(f"pool serve: error: {message}")
             return message
-        self.say("pool serve: configuration reloaded")
         pool = self.service.pool
+        if pool is not None:
+            # The statement follows the switch: entries decided in between (a few at most)
+            # precede its from_length though the new tree decided them (§18).
+            try:
+                applied = record_in_pool(self.folder, pool, config, who)
+            except Exception as exc:
+                message = (
+                    f"configuration reloaded, but its statement was not recorded: {_named(exc)}"
+                )
+                self.say(f"pool serve: error: {message}")
+                return message
+            if applied is not None:
+                self.say(
+                    f"pool serve: configuration {applied.digest.hex()[:12]} recorded as "
+                    f"statement {applied.position}"
+                )
+        self.say("pool serve: configuration reloaded")
         if pool is not None:
             put_pending_in_force(self.folder, pool, say("pool serve"))
         return None

@@ -81,7 +81,7 @@ def report(pool: Pool, start_ms: int, end_ms: int, by: str) -> dict[str, Any]:
             row: dict[str, Any] = {"entitlement": node, **groups.get(node, _Sums()).figures}
             if pool.tree.children(node):
                 row["subtree"] = {
-                    k: sum(groups.get(i, _Sums()).figures[k] for i in subtree_ids(pool, node))
+                    k: sum(groups.get(i, _Sums()).figures[k] for i in subtree_ids(pool.tree, node))
                     for k in SUMS
                 }
             rows.append(row)

@@ -61,8 +61,10 @@ def entitlement_periods(
     entitlement: str, who: Principal = Depends(principal), service: Service = Depends(served)
 ) -> Response:
     """Each budget period's charged energy against the guarantee (DESIGN.md §3)."""
+    from joulepool.views.usage import history
+
     pool = visible_entitlement(service, entitlement, who)
-    return JSONResponse(pool.history(entitlement))
+    return JSONResponse(history(pool, entitlement))
 
 
 def visible_entitlement(service: Service, entitlement: str, who: Principal) -> Pool:
