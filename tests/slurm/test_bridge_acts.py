@@ -31,8 +31,10 @@ def set_policy(bridge: Bridge, act: str) -> None:
     """pool.toml's `[runtime]`, put in force by restarting `pool serve`."""
     config = bridge.deployment.folder / "pool.toml"
     text = config.read_text().split("\n[runtime]\n")[0]
+    # A notice 2 s before the reservation runs out: with samples every second, the first
+    # power figure comes while a job is still being launched, before its trap is set.
     config.write_text(
-        text + f'\n[runtime]\nover_reservation = "{act}"\nmargin_pct = 10\nnotice_s = 300\n'
+        text + f'\n[runtime]\nover_reservation = "{act}"\nmargin_pct = 10\nnotice_s = 2\n'
     )
     bridge.stop_pool()
     bridge.serve.proc.wait(timeout=20)
