@@ -142,6 +142,38 @@ def test_a_bridge_token_outside_its_subtree_meets_what_a_tenant_does(
         assert r.status_code == 422 and r.json()["error"] == "invalid_input"
 
 
+def test_a_bridge_token_reads_and_reports_the_acts_of_its_subtree_only(
+    served: tuple[Deployment, Serve, dict[str, str]],
+) -> None:
+    """The bridge carries acts out (DESIGN.md §7): it reads what is due for its own
+    subtree's claims and reports what it did for them, and for no other."""
+    d, serve, bridges = served
+    mine, theirs = slurm_id(), slurm_id()
+    with serve.client(bridges["vision"]) as bridge, serve.client(d.operator) as ops:
+        assert bridge.post("/v1/claims", json=claim(mine)).json()["verdict"] == "admit"
+        assert ops.post("/v1/claims", json=claim(theirs, "language")).json()["verdict"] == "admit"
+        # Both past their reservation of 1,000 J: under the default policy each is reported.
+        assert bridge.post(f"/v1/claims/{mine}/readings", json=reading(2_000 * J)).is_success
+        assert ops.post(f"/v1/claims/{theirs}/readings", json=reading(2_000 * J)).is_success
+        due = bridge.get("/v1/actions/due")
+        assert due.status_code == 200, due.text
+        claims = {item["claim"] for item in due.json()["due"]}
+        assert mine in claims and theirs not in claims
+        # Both were due at that moment: the service logged both reports; the bridge's answer
+        # held only its own.
+        actions = ops.get("/v1/actions", params={"kind": "report"}).json()["actions"]
+        assert {mine, theirs} <= {a["claim"] for a in actions}
+        report = {"kind": "notice", "outcome": "done", "job": "42"}
+        r = bridge.post("/v1/actions", json={"claim": mine, **report})
+        assert r.status_code == 200 and r.json()["new"] is True, r.text
+        r = bridge.post("/v1/actions", json={"claim": theirs, **report})
+        assert r.status_code == 404 and r.json()["error"] == "unknown_claim", r.text
+        kinds = [
+            a["claim"] for a in ops.get("/v1/actions", params={"kind": "notice"}).json()["actions"]
+        ]
+        assert mine in kinds and theirs not in kinds
+
+
 def test_a_whole_tree_bridge_token_acts_on_every_entitlement(
     served: tuple[Deployment, Serve, dict[str, str]],
 ) -> None:

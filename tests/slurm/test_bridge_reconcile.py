@@ -3,7 +3,8 @@
 `pool slurm agent` finds claims still open in Pool whose jobs Slurm has finished and releases
 them from sacct after the grace period (2 s here, 60 s by default), graded as the epilog
 would. Pool is stopped while jobs end, slurmctld is killed while its epilog is still trying,
-a job is cancelled before it starts, and a requeued job keeps its claim until it really ends.
+a job is cancelled before it starts, and a requeued job keeps its claim until it really ends,
+charged every run.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def test_s6_2_requeued_job_keeps_its_claim_until_it_really_ends(bridge: Bridge) 
         "sleep 3; " + WAIT_FOR_GO,
     )
     note = note_of(bridge.wait_job(job_id, lambda j: j.state == "RUNNING"))
+    time.sleep(6)  # the first run is metered too: its energy is charged as well (§6.2)
     assert bridge.bed.run(["scontrol", "requeue", str(job_id)]).returncode == 0
     bridge.wait_job(job_id, lambda j: j.state == "PENDING")
     # Past the grace period, with the epilog and the agent both having seen the first run end.
@@ -108,3 +110,7 @@ def test_s6_2_requeued_job_keeps_its_claim_until_it_really_ends(bridge: Bridge) 
     bridge.wait_job(job_id, lambda j: j.state == "COMPLETED")
     actual = bridge.wait_released(note.claim)["actual"]
     assert actual["grade"] == "ModelBased" and actual["uj"] > 0, bridge.logs()
+    with bridge.pool() as c:
+        runs = c.get("/v1/actions", params={"claim": note.claim, "kind": "run"}).json()
+    first = runs["actions"][0]["evidence"]
+    assert first["grade"] == "ModelBased" and actual["uj"] > first["energy_uj"] > 0, runs

@@ -38,6 +38,7 @@ def _registrars() -> list[Registrar]:
 # Command groups that live beside the part of the library they drive.
 _OPTIONAL = (
     "joulepool.cli.live_cmd",
+    "joulepool.cli.actions_cmd",
     "joulepool.cli.keys_cmd",
     "joulepool.cli.config_cmd",
     "joulepool.cli.ledger_cmd",

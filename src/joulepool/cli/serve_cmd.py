@@ -53,6 +53,7 @@ def build_service(
     is taken here, before replay: a second `pool serve` on the folder is refused at once
     (`LedgerLocked`, naming the pid that holds it), never left unready for ever.
     """
+    from joulepool.deployment.actions import open_action_log
     from joulepool.deployment.config import (
         CONFIG,
         LEDGER,
@@ -106,6 +107,8 @@ def build_service(
         origin=origin_or_none(config),
         c2sp_witnesses=config.witnesses,
         claim_secret=_claim_secret_or_none(folder),
+        runtime=config.runtime_policy,
+        actions=open_action_log(folder),
     )
 
 

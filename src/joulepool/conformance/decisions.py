@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from joulepool.acts import KINDS, Evidence, due_act, parse_runtime
 from joulepool.admission import decide
 from joulepool.attribution import attribute
 from joulepool.checks import check_figure, check_keys, check_text
@@ -140,3 +141,38 @@ def idle_policy_from_json(obj: object, where: str = "policy") -> IdlePolicy:
         None if window is None else check_figure(window, f"{where}.window_us"),
         None if threshold is None else check_figure(threshold, f"{where}.threshold_uw"),
     )
+
+
+def op_over_reservation(case: Mapping[str, Any]) -> Result:
+    """DESIGN.md §7: the act over-reservation makes due now (`acts.due_act`). `policy` is
+    pool.toml's `[runtime]` table; `evidence` is `{"reserved_uj", "energy"?: Energy | null,
+    "at_ms"?, "power_uw"?, "exhausts_at_ms"?, "unknown"?}` (absent or null: unknown);
+    `done` lists the kinds already recorded done for the claim."""
+    check_keys(case, "", ("op", "policy", "evidence", "now_ms"), ("done",))
+    policy = parse_runtime(case["policy"], "policy")
+    ev = check_keys(
+        case["evidence"],
+        "evidence",
+        ("reserved_uj",),
+        ("energy", "at_ms", "power_uw", "exhausts_at_ms", "unknown"),
+    )
+
+    def figure(name: str) -> int | None:
+        value = ev.get(name)
+        return None if value is None else check_figure(value, f"evidence.{name}")
+
+    energy = ev.get("energy")
+    unknown = ev.get("unknown")
+    evidence = Evidence(
+        check_figure(ev["reserved_uj"], "evidence.reserved_uj"),
+        None if energy is None else Energy.from_json(energy, "evidence.energy"),
+        figure("at_ms"),
+        figure("power_uw"),
+        figure("exhausts_at_ms"),
+        None if unknown is None else check_text(unknown, "evidence.unknown"),
+    )
+    done = case.get("done", [])
+    if not isinstance(done, list) or any(k not in KINDS for k in done):
+        raise InvalidInput("done", f"must be a list of {', '.join(KINDS)}")
+    due = due_act(policy, evidence, check_figure(case["now_ms"], "now_ms"), frozenset(done))
+    return {"kind": due.kind, "reason": due.reason}

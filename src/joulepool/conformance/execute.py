@@ -21,6 +21,7 @@ OPERATIONS: dict[str, Operation] = {
     "derive_estimate": decisions.op_derive_estimate,
     "preemption_order": decisions.op_preemption_order,
     "idle": decisions.op_idle,
+    "over_reservation": decisions.op_over_reservation,
     "seal": ledger_ops.op_seal,
     "replay": ledger_ops.op_replay,
     "period_usage": ledger_ops.op_period_usage,

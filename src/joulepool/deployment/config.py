@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import tomli_w
 
+from joulepool.acts import DEFAULT_POLICY, RuntimePolicy, parse_runtime
 from joulepool.checks import check_figure, check_text, did_you_mean
 from joulepool.errors import InvalidInput, InvalidTree
 from joulepool.idle import IdlePolicy
@@ -47,7 +48,15 @@ WITNESSES = "witnesses"
 COSIGNED = "cosigned"
 TOKENS = "tokens.toml"
 
-_TOP_KEYS = {"pool", "idle", "period", "entitlement", "transparency", "c2sp_witness"}
+_TOP_KEYS = {
+    "pool",
+    "idle",
+    "period",
+    "entitlement",
+    "transparency",
+    "c2sp_witness",
+    "runtime",
+}
 _POOL_KEYS = {"steward", "required_evidence", "max_device_power_w", "max_clock_gap"}
 
 
@@ -72,6 +81,14 @@ class Config:
     witnesses: tuple[WitnessConfig, ...] = ()
     """`[[c2sp_witness]]`: the C2SP witnesses `pool serve` submits each new checkpoint to
     (c2sp.org/tlog-witness; DESIGN.md §8). Empty: none."""
+    runtime: RuntimePolicy | None = None
+    """`[runtime]`: what over-reservation does to a running job (DESIGN.md §7, `acts`).
+    None: unset, and the default applies (report, never act)."""
+
+    @property
+    def runtime_policy(self) -> RuntimePolicy:
+        """The `[runtime]` policy in force: the configured one, else the default."""
+        return DEFAULT_POLICY if self.runtime is None else self.runtime
 
     @property
     def log_origin(self) -> str:
@@ -163,6 +180,7 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         gap,
         _origin(doc, where),
         _witnesses(doc, where),
+        parse_runtime(doc["runtime"], where) if "runtime" in doc else None,
     )
 
 
@@ -216,7 +234,8 @@ def config_document(config: Config) -> dict[str, Any]:
     does `max_clock_gap` (DESIGN.md §3), and so does the checkpoint origin (DESIGN.md §8:
     replicas must sign one log), so existing deployments keep their digest. So do the
     `[[c2sp_witness]]` entries (DESIGN.md §8: replicas of one log submit to the same
-    witnesses, or each would serve other cosignatures), in their order."""
+    witnesses, or each would serve other cosignatures), in their order. So does
+    `[runtime]` (DESIGN.md §7: replicas must agree on which acts are due)."""
     idle = config.idle
     doc: dict[str, Any] = {
         "pool.toml": 1,
@@ -233,6 +252,8 @@ def config_document(config: Config) -> dict[str, Any]:
         doc["origin"] = config.origin
     if config.witnesses:
         doc["c2sp_witness"] = [{"url": w.url, "vkey": w.vkey.encode()} for w in config.witnesses]
+    if config.runtime is not None:
+        doc["runtime"] = config.runtime.to_json()
     return doc
 
 

@@ -32,6 +32,7 @@ from joulepool.service.limits import Limits
 from joulepool.service.live_models import ProgressIn, ReadingIn
 from joulepool.service.metrics import Metrics
 from joulepool.service.routes import (
+    actions,
     claims,
     dashboard,
     decisions,
@@ -55,6 +56,7 @@ ROUTERS = (
     transparency,
     claims,
     live,
+    actions,
     entitlements,
     ledger,
     decisions,
@@ -127,6 +129,7 @@ def create_app(
         ready=lambda: _ready(service),
         tokens=lambda: service.tokens,
         tls_not_after_s=tls_not_after_s,
+        actions=lambda: None if service.actions is None else service.actions.counts,
     )
     app.state.timeline = timeline
     app.state.dashboard_workers = dashboard_workers

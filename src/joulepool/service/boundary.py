@@ -62,14 +62,15 @@ BRIDGE_ROUTES = frozenset(
         ("GET", "/v1/claims"),
         ("POST", "/v1/estimates"),
         ("POST", "/v1/actions"),
+        ("GET", "/v1/actions/due"),
         ("GET", "/v1/entitlements"),
         ("GET", "/v1/token"),
     }
 )
 """What a bridge token may call besides one claim's routes (docs/api.md, Tokens): admit
-(with the class estimate job_submit.lua asks first), list claims, report action outcomes,
-read entitlements (check-config maps accounts to them) and its own scope. Each route
-still confines it to its subtree."""
+(with the class estimate job_submit.lua asks first), list claims, read the acts due and
+report what it carried out, read entitlements (check-config maps accounts to them) and its
+own scope. Each route still confines it to its subtree."""
 
 BRIDGE_CLAIM_POSTS = ("/release", "/readings")
 """What a bridge token may post to one claim: its release and its meter readings."""

@@ -23,6 +23,7 @@ nothing about the pool as a whole (latencies, the ledger, appends, fsyncs).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -136,7 +137,7 @@ def exported_names() -> set[str]:
     names |= {f"pool_commit_seconds{s}" for s in ("_bucket", "_sum", "_count", "_created")}
     from joulepool.service.live_metrics import LIVE_NAMES
 
-    return names | LIVE_NAMES
+    return names | LIVE_NAMES | {"pool_actions_total"}
 
 
 ReloadState = Callable[[], tuple[bool, int | None]]
@@ -377,6 +378,28 @@ class _TlsCollector(Collector):
         )
 
 
+class _ActionsCollector(Collector):
+    """`pool_actions_total{kind,outcome}`: the action log's records since the service
+    started (DESIGN.md §7). No per-claim label: a claim's acts are `GET /v1/actions`'s."""
+
+    def __init__(self, counts: Callable[[], Counter[tuple[str, str]] | None]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        """The counter, once a log is kept."""
+        counts = self._counts()
+        if counts is None:
+            return
+        family = CounterMetricFamily(
+            "pool_actions",
+            "Action log records since the service started, by kind and outcome",
+            labels=["kind", "outcome"],
+        )
+        for (kind, outcome), n in sorted(counts.items()):
+            family.add_metric([kind, outcome], n)
+        yield family
+
+
 class Metrics:
     """The service's registry, its instruments and its verdicts."""
 
@@ -389,6 +412,7 @@ class Metrics:
         ready: Callable[[], bool] | None = None,
         tokens: Callable[[], TokenBook] | None = None,
         tls_not_after_s: int | None = None,
+        actions: Callable[[], Counter[tuple[str, str]] | None] = lambda: None,
     ) -> None:
         self._pool = pool
         self._witnesses = witnesses
@@ -413,6 +437,7 @@ class Metrics:
         )
         if tls_not_after_s is not None:
             self.registry.register(_TlsCollector(tls_not_after_s))
+        self.registry.register(_ActionsCollector(actions))
 
     def exposition(self, who: Principal) -> bytes:
         """The Prometheus text `who` may read (API.md, Additions): everything for an operator

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from joulepool.acts import DEFAULT_POLICY, RuntimePolicy
 from joulepool.errors import ClockFault, InvalidInput, PoolError, StoreError
 from joulepool.pool import Pool
 from joulepool.service.committer import Committer
@@ -21,6 +22,7 @@ from joulepool.service.transparency import PublishedLog, origin_or_none
 from joulepool.tree import Tree
 
 if TYPE_CHECKING:
+    from joulepool.deployment.actions import ActionLog
     from joulepool.deployment.config import Config
     from joulepool.service.witnessing import Witnessing
     from joulepool.transparency.witness_client import WitnessConfig
@@ -89,6 +91,10 @@ class Service:
 
     # The deployment's claim secret (`deployment.claim_tokens`); None: no claim tokens.
     claim_secret: bytes | None = None
+    # `[runtime]` in force and the action log (DESIGN.md §7); None: no log, acts are shown
+    # as due but nothing is recorded.
+    runtime: RuntimePolicy = DEFAULT_POLICY
+    actions: ActionLog | None = None
 
     def claim_token(self, claim_id: str) -> str | None:
         """Claim `claim_id`'s own token, or None when claim tokens are off (API.md "Run time")."""
@@ -264,6 +270,7 @@ class Service:
         if self._published is not None and self.origin is not None:
             self._published.origin = self.origin
         self.c2sp_witnesses = config.witnesses
+        self.runtime = config.runtime_policy
         if self.witnessing is not None:
             self.witnessing.configure(config.witnesses)
 

@@ -18,6 +18,13 @@ Each pass:
    they ended `reconcile_after_s` ago (see `_reconcile`).
 4. Every `sample_every_s`, each running admitted job's energy so far is posted as a live
    reading (`sampling.py`; DESIGN.md §7).
+5. After each sample, the acts Pool says are due (`GET /v1/actions/due`: the reservation as
+   a limit, DESIGN.md §7) are carried out and their outcomes reported (`POST
+   /v1/actions`): `notice` writes `act=notice` into the admin comment (the note stays whole)
+   and sends SIGUSR1 to the job's batch script and steps; `signal` sends SIGUSR2 the same
+   way; `requeue` is `scontrol requeue`; `cancel` is `scancel`. The agent never decides: Pool
+   lists an act as due until it is recorded done, so each is carried out once across agent
+   restarts (twice at most, if the agent stops between carrying it out and reporting it).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from joulepool.bridges.slurm.config import (
     ADMITTED_STATES,
@@ -47,6 +54,10 @@ from joulepool.bridges.slurm.jobs import (
     run_slurm,
 )
 from joulepool.bridges.slurm.sampling import Sampler
+
+ACTS = ("notice", "signal", "requeue", "cancel")
+"""The acts the agent carries out: `joulepool.acts.ACTS`, restated because the bridge runs on
+the standard library (`acts` imports the grade types, which need msgspec)."""
 
 FULL_PASS_S = 30.0
 """Ask every held job again at least this often, whatever the ledger did (a reloaded tree)."""
@@ -114,6 +125,64 @@ class Agent:
         self._reconcile(jobs)
         if self.sampler is not None and self.sampler.due(time.monotonic()):
             self.sampler.sample(jobs)
+            self.carry_out(jobs)
+
+    def carry_out(self, jobs: list[SlurmJob]) -> int:
+        """Carry out the acts Pool says are due for running jobs, and report each outcome
+        (DESIGN.md §7; the module docstring's step 5); how many were done."""
+        answer = self.client.call("GET", "/v1/actions/due")
+        due = answer.body.get("due")
+        if answer.status != 200 or not isinstance(due, list):
+            self.log(f"acts due: HTTP {answer.status} {answer.error}")
+            return 0
+        running = {
+            j.note.claim: j
+            for j in jobs
+            if j.state == "RUNNING" and j.note is not None and j.note.state in ADMITTED_STATES
+        }
+        done = 0
+        for item in due:
+            if not isinstance(item, dict) or item.get("kind") not in ACTS:
+                continue
+            kind = str(item["kind"])
+            job = running.get(str(item.get("claim")))
+            if job is None:
+                continue  # not running here now: nothing to act on
+            detail = None
+            try:
+                self._act(job, kind)
+                outcome = "done"
+            except SlurmCommandFailed as exc:
+                outcome, detail = "failed", str(exc)[:200]
+            assert job.note is not None
+            body = {
+                "claim": job.note.claim,
+                "kind": kind,
+                "outcome": outcome,
+                "job": str(job.job_id),
+            }
+            if detail is not None:
+                body["detail"] = detail
+            told = self.client.call("POST", "/v1/actions", body)
+            self.log(
+                f"job {job.job_id}: {kind} {outcome} ({item.get('reason')}); "
+                f"reported: HTTP {told.status}{' ' + detail if detail else ''}"
+            )
+            done += outcome == "done"
+        return done
+
+    def _act(self, job: SlurmJob, kind: str) -> None:
+        jid = str(job.job_id)
+        if kind in ("notice", "signal"):
+            note = job.note
+            assert note is not None
+            self.set_note(job, replace(note, act=kind))
+            signal = "USR1" if kind == "notice" else "USR2"
+            run_slurm(["scancel", "--full", f"--signal={signal}", jid], self.env)
+        elif kind == "requeue":
+            self.scontrol("requeue", jid)
+        elif kind == "cancel":
+            run_slurm(["scancel", jid], self.env)
 
     def _count_exempt(self, listed: list[SlurmJob]) -> None:
         """Log each job job_submit.lua exempted, once, with the running count: exempt jobs

@@ -431,6 +431,9 @@ class PoolNote:
     tasks: int | None = None
     """For a job array: its task count. The claim is the whole array's: every task's energy
     (`estimate_uj` is tasks × each task's) and the devices of the tasks that may run at once."""
+    act: str | None = None
+    """The last act Pool's `[runtime]` policy had carried out on the running job (`notice`,
+    `signal`, ...: DESIGN.md §7), so its owner sees it in the admin comment."""
 
     def claim_json(self) -> dict[str, object]:
         """The claim as API.md's `POST /v1/claims` takes it (§2.4)."""
@@ -461,6 +464,7 @@ class PoolNote:
             reason,
             renews_ms,
             self.tasks,
+            self.act,
         )
 
     def format(self) -> str:
@@ -482,6 +486,8 @@ class PoolNote:
             parts.append(f"reason={self.reason}")
         if self.renews_ms is not None:
             parts.append(f"renews_ms={self.renews_ms}")
+        if self.act is not None:
+            parts.append(f"act={self.act}")
         return ";".join(parts)
 
 
@@ -521,6 +527,7 @@ def parse_note(text: str | None) -> PoolNote | None:
         fields.get("reason"),
         None if renews is None else int(renews),
         None if tasks is None else int(tasks),
+        fields.get("act"),
     )
 
 

@@ -23,7 +23,14 @@ from joulepool.bridges.slurm.config import (
     read_token,
     slurm_env,
 )
-from joulepool.bridges.slurm.jobs import RUNS_AGAIN, PoolClient, Report, list_jobs, report_job
+from joulepool.bridges.slurm.jobs import (
+    RUNS_AGAIN,
+    PoolClient,
+    Report,
+    list_jobs,
+    record_run,
+    report_job,
+)
 from joulepool.errors import InvalidInput, PoolError
 
 RETRIES_S = (0.5, 1.0, 2.0)
@@ -41,7 +48,16 @@ def run_epilog(config_path: Path, job_id: int) -> Report | None:
         return None
     if jobs[0].state in RUNS_AGAIN or jobs[0].end_s is None:
         # Requeued: this run ended, the job did not (slurmctld clears its EndTime at the
-        # requeue and calls this script all the same); its claim stays open until it does.
+        # requeue and calls this script all the same); its claim stays open until it does,
+        # and this run's energy is kept so that the release charges it too (§6.2).
+        for pause in (*RETRIES_S, None):
+            try:
+                record_run(jobs[0], client, env, config.gpu_wait)
+                break
+            except PoolUnreachable:
+                if pause is None:
+                    raise
+                time.sleep(pause)
         return None
     for pause in (*RETRIES_S, None):
         try:

@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -181,6 +182,8 @@ class SlurmJob:
     exempt: str | None = None
     """Why job_submit.lua exempted it from Pool (`account:NAME`, `partition:NAME`,
     `cpu_only`), None for a job it did not exempt."""
+    restarts: int = 0
+    """How often it was requeued (scontrol's Restarts): each run's energy counts."""
 
     @property
     def exclusive(self) -> bool:
@@ -198,6 +201,7 @@ _RECORD = {
     "tres": re.compile(r"^   TRES=(\S*)$", re.M),
     "nodes": re.compile(r"^   NodeList=(\S*)$", re.M),
     "end": re.compile(r"^   StartTime=\S+ EndTime=(\S+) ", re.M),
+    "restarts": re.compile(r"^   Requeue=\d+ Restarts=(\d{1,9}) ", re.M),
 }
 _ADMIN = re.compile(r"^   AdminComment=(\S*) ?$", re.M)
 
@@ -238,6 +242,7 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 int(first("array")) if first("array") else None,
                 first("nodes") not in ("", "(null)"),
                 _exempt(admin[0]) if admin else None,
+                int(first("restarts") or 0),
             )
         )
     # The tasks of one array share its note (Slurm copies it as each task starts).
@@ -364,7 +369,7 @@ def consumed_energy_uj(job_id: int, env: Mapping[str, str]) -> int | None:
     return job_energy(job_id, env).cpu_uj
 
 
-def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
+def job_energy(job_id: int, env: Mapping[str, str], requeued: bool = False) -> JobEnergy:
     """RAPL's figure for the job from sacct ConsumedEnergyRaw (joules → µJ), with its nodes
     and GPU count.
 
@@ -372,29 +377,35 @@ def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
     allocation); else, on one node, the largest step, since a batch job's `.batch` step spans
     the job and every other step runs inside it. A multi-node job with neither has no
     complete figure: steps overlap in time, so summing them would count joules twice.
+
+    `requeued`: the run that has just ended in a requeue (sacct's duplicates, `-D`: the
+    latest run recorded REQUEUED), not the job's latest record.
     """
+    argv = ["sacct", "-j", str(job_id), "-n", "-P"]
     out = run_slurm(
-        [
-            "sacct",
-            "-j",
-            str(job_id),
-            "-n",
-            "-P",
-            "-o",
-            "JobID,ConsumedEnergyRaw,NNodes,NodeList,AllocTRES",
-        ],
+        [*argv, *(["-D"] if requeued else []), "-o", _SACCT_RUN],
         env,
     )
+    # One group a run: the job's own line (`N`, or `A_T` for an array's task), then its
+    # steps (`N.batch`, `N.extern`, `N.0`).
+    runs: list[list[list[str]]] = []
+    for line in out.splitlines():
+        cols = line.strip().split("|")
+        if len(cols) < 6:
+            continue
+        if "." not in cols[0] or not runs:
+            runs.append([])
+        if runs:
+            runs[-1].append(cols)
+    if requeued:
+        runs = [r for r in runs if r[0][5].split(" ")[0] == "REQUEUED"]
     job_line: int | None = None
     extern: int | None = None
     steps: list[int] = []
     nodes = 1
     node_list = ""
     gpus = 0
-    for line in out.splitlines():
-        cols = line.strip().split("|")
-        if len(cols) < 5:
-            continue
+    for cols in runs[-1] if runs else []:
         jid, raw, nn = cols[0], cols[1].strip(), cols[2].strip()
         figure = None if raw in _NO_FIGURE or not raw.isdigit() else int(raw) * 1_000_000
         if jid == str(job_id):
@@ -414,6 +425,9 @@ def job_energy(job_id: int, env: Mapping[str, str]) -> JobEnergy:
     if nodes == 1 and steps:
         return JobEnergy(max(steps), names, gpus)
     return JobEnergy(None, names, gpus)
+
+
+_SACCT_RUN = "JobID,ConsumedEnergyRaw,NNodes,NodeList,AllocTRES,State"
 
 
 def _hostnames(node_list: str, env: Mapping[str, str]) -> tuple[str, ...]:
@@ -490,7 +504,12 @@ class Report:
 
 
 def job_figure(
-    job_id: int, exclusive: bool, gpus: int, env: Mapping[str, str], gpu_wait_s: float | None
+    job_id: int,
+    exclusive: bool,
+    gpus: int,
+    env: Mapping[str, str],
+    gpu_wait_s: float | None,
+    requeued: bool = False,
 ) -> tuple[int, str] | None:
     """One job's energy and grade (§2.3, §2.5), or None where any part has no figure.
 
@@ -500,7 +519,7 @@ def job_figure(
     counter covers other jobs too, so the job's figure is a split, ModelBased. The sum takes
     its weakest part's grade; a part with no figure leaves the whole without one.
     """
-    energy = job_energy(job_id, env)
+    energy = job_energy(job_id, env, requeued)
     if gpus > energy.gpus:
         # sacct lists GPUs only where slurm.conf accounts them (AccountingStorageTRES).
         energy = JobEnergy(energy.cpu_uj, energy.nodes, gpus)
@@ -560,6 +579,67 @@ def array_figure(
     return total, weakest(*grades)
 
 
+def run_detail(job: SlurmJob) -> str:
+    """Which run of a requeued job a `run` record is (its Restarts count when it ended)."""
+    return f"slurm job {job.job_id} restarts {job.restarts}"
+
+
+def record_run(
+    job: SlurmJob, client: PoolClient, env: Mapping[str, str], gpu_wait_s: float | None = None
+) -> dict[str, Any] | None:
+    """Keep a requeued run's energy in Pool's action log (DESIGN.md §7; API.md `POST
+    /v1/actions`, kind `run`), so the job's release charges every run (§6.2): its figure as
+    the epilog takes it, or null where it has none. None for a job that is not the bridge's
+    admitted one, or an array's task (an array's claim is settled task by task)."""
+    note = job.note
+    if note is None or note.state not in ADMITTED_STATES or note.tasks is not None:
+        return None
+    figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s, requeued=True)
+    body = {
+        "claim": note.claim,
+        "kind": "run",
+        "outcome": "recorded",
+        "job": str(job.job_id),
+        "detail": run_detail(job),
+        "energy": None if figure is None else {"uj": figure[0], "grade": figure[1]},
+    }
+    answer = client.call("POST", "/v1/actions", body)
+    if answer.status != 200:
+        raise PoolUnreachable(f"run of {note.claim}: HTTP {answer.status} {answer.error}")
+    return body
+
+
+def earlier_runs(claim: str, client: PoolClient) -> list[tuple[int, str] | None]:
+    """The runs of a requeued job `record_run` kept (§6.2): each its figure, or None where
+    it had none; empty where the service keeps no action log."""
+    query = urllib.parse.urlencode({"claim": claim, "kind": "run", "limit": 1000})
+    answer = client.call("GET", f"/v1/actions?{query}")
+    if answer.status == 503 and answer.error == "no_action_log":
+        return []
+    runs = answer.body.get("actions")
+    if answer.status != 200 or not isinstance(runs, list):
+        raise PoolUnreachable(f"earlier runs of {claim}: HTTP {answer.status} {answer.error}")
+    out: list[tuple[int, str] | None] = []
+    for run in runs:
+        evidence = run.get("evidence") if isinstance(run, dict) else None
+        uj = evidence.get("energy_uj") if isinstance(evidence, dict) else None
+        grade = evidence.get("grade") if isinstance(evidence, dict) else None
+        ok = type(uj) is int and uj >= 0 and grade in GRADES
+        out.append((int(str(uj)), str(grade)) if ok else None)
+    return out
+
+
+def _reserved_uj(client: PoolClient, claim: str) -> int | None:
+    """The claim's reservation (`GET /v1/claims/{id}`), None for a claim Pool never admitted."""
+    state = client.call("GET", f"/v1/claims/{claim}")
+    if state.status == 404:
+        return None
+    reserved = state.body.get("reserved", {})
+    if state.status != 200 or not isinstance(reserved, dict) or type(reserved.get("uj")) is not int:
+        raise PoolUnreachable(f"GET claim {claim}: HTTP {state.status} {state.error}")
+    return int(reserved["uj"])
+
+
 def report_job(
     job: SlurmJob,
     client: PoolClient,
@@ -581,26 +661,37 @@ def report_job(
     if note.state not in ADMITTED_STATES:
         return Report(job.job_id, note.claim, "not_admitted")
     figure: tuple[int, str] | None
+    runs: list[tuple[int, str] | None] | None = None
     if note.tasks is not None and job.array_job is not None:
         figure = array_figure(job, note, env, gpu_wait_s, settle_after_s)
         if figure is None:
             return Report(job.job_id, note.claim, "array_running")
     else:
         figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s)
-    if figure is not None:
+        # Asked for every job: one released by the agent from sacct's record no longer
+        # knows its Restarts. A run whose epilog never reached Pool (fewer kept than
+        # Restarts) counts as a run with no figure, never as none at all.
+        kept = earlier_runs(note.claim, client)
+        missing: list[tuple[int, str] | None] = [None] * max(0, job.restarts - len(kept))
+        runs = [figure, *kept, *missing]
+    if runs is not None and len(runs) > 1:
+        # Every run counts (§6.2); one with no figure counts the reservation, graded
+        # Estimator, as an array's task does: never 0, never less than was measured.
+        reserved = None
+        if any(r is None for r in runs):
+            reserved = _reserved_uj(client, note.claim)
+            if reserved is None:
+                return Report(job.job_id, note.claim, "unknown_claim")
+        parts = [(reserved, "Estimator") if r is None else r for r in runs]
+        actual = sum(int(uj or 0) for uj, _ in parts)
+        grade = weakest(*(g for _, g in parts))
+    elif figure is not None:
         actual, grade = figure
     else:
-        state = client.call("GET", f"/v1/claims/{note.claim}")
-        if state.status == 404:
+        found = _reserved_uj(client, note.claim)
+        if found is None:
             return Report(job.job_id, note.claim, "unknown_claim")
-        reserved = state.body.get("reserved", {})
-        if (
-            state.status != 200
-            or not isinstance(reserved, dict)
-            or type(reserved.get("uj")) is not int
-        ):
-            raise PoolUnreachable(f"GET claim {note.claim}: HTTP {state.status} {state.error}")
-        actual, grade = reserved["uj"], "Estimator"
+        actual, grade = found, "Estimator"
     body: dict[str, Any] = {"actual": {"uj": actual, "grade": grade}}
     answer = client.call("POST", f"/v1/claims/{note.claim}/release", body)
     override = False

@@ -1,0 +1,291 @@
+"""Run time at scale (DESIGN.md §7). Prints one JSON object.
+
+- `pass_s_1000_jobs`: one pass of `pool slurm agent`'s run-time work over 1,000 running
+  jobs on 100 simulated nodes (10 GPUs each, one GPU a job): parsing `scontrol show job`
+  for all of them, the sampler (each node's exporter page read once over HTTP, each job's
+  energy posted to a real `pool serve`), and the acts (`GET /v1/actions/due`, carried out
+  for the jobs past their reservation, reported with `POST /v1/actions`). Slurm's own
+  commands are not run: their text is made here (`scontrol show job -d` is one process per
+  job in the agent, about `scontrol_ms_each` on a real controller, which this leaves out:
+  `slurm_commands_s_estimate` names it). Goal < 2 s.
+- `p99_ratio_with_readings`: admission p99 (CLIENTS keep-alive clients) while 10,000 running
+  claims report a reading each every 30 s (a separate process posting 333 readings/s),
+  over the same without readings, the median of ROUNDS alternating rounds each. Goal ≤ 1.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.servers import Deployment, start_serve
+
+from joulepool.bridges.slurm import sampling
+from joulepool.bridges.slurm.agent import Agent
+from joulepool.bridges.slurm.config import BridgeConfig
+from joulepool.bridges.slurm.jobs import PoolClient, SlurmJob, parse_scontrol_jobs
+from serve import _response_head, big_tree
+
+NODES = 100
+GPUS_PER_NODE = 10
+JOBS = NODES * GPUS_PER_NODE
+CLAIMS_READING = int(os.environ.get("BENCH_RUNNING", "10000"))
+CLIENTS = int(os.environ.get("BENCH_CLIENTS", "8"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+RUNTIME = '\n[runtime]\nover_reservation = "cancel"\nmargin_pct = 10\nnotice_s = 60\n'
+
+
+def reserved_uj(i: int) -> int:
+    """One job in a hundred reserved 1 J, so it is past its reservation at once; the rest 1 MJ."""
+    return 1_000_000 if i % 100 == 0 else 10**12
+
+
+def note(i: int) -> str:
+    return (
+        f"pool:claim=job-{i};entitlement=team-{i % 8};gang=1;per_member=1;"
+        f"estimate_uj={reserved_uj(i)};grade=HwShunt;state=admitted"
+    )
+
+
+def scontrol_text() -> str:
+    """`scontrol show job` for JOBS running jobs, laid out as Slurm 22.05 lays it out."""
+    out = []
+    for i in range(JOBS):
+        node = f"node{i // GPUS_PER_NODE:03d}"
+        out.append(
+            f"JobId={i + 1} JobName=train{i}\n"
+            f"   UserId=u{i % 50}(1000) GroupId=users(100) MCS_label=N/A\n"
+            f"   Priority=1 Nice=0 Account=phys QOS=normal\n"
+            f"   JobState=RUNNING Reason=None Dependency=(null)\n"
+            f"   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0\n"
+            f"   StartTime=2026-12-04T10:00:00 EndTime=Unknown Deadline=N/A\n"
+            f"   OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)\n"
+            f"   NodeList={node}\n"
+            f"   TRES=cpu=1,gres/gpu=1,node=1\n"
+            f"   AdminComment={note(i)} \n"
+        )
+    return "\n".join(out)
+
+
+def detail_text(job_id: int) -> str:
+    i = job_id - 1
+    node = f"node{i // GPUS_PER_NODE:03d}"
+    return (
+        f"JobId={job_id} JobName=train{i}\n"
+        f"     Nodes={node} CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:{i % GPUS_PER_NODE})\n"
+    )
+
+
+class Exporter:
+    """dcgm-exporter's page for any node (the path names it), GPUs at 250 W from start."""
+
+    def __init__(self) -> None:
+        t0 = time.monotonic()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                mj = int((time.monotonic() - t0) * 250_000) + 1
+                body = "".join(
+                    f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{gpu="{g}",UUID="GPU-{g}"}} {mj}\n'
+                    for g in range(GPUS_PER_NODE)
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def admit(url: str, token: str, ids: list[str]) -> None:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as c:
+        for i, claim in enumerate(ids):
+            body = {
+                "id": claim,
+                "entitlement": f"team-{i % 8}",
+                "gang_size": 1,
+                "devices_per_member": 1,
+                "estimate": {"uj": reserved_uj(i), "grade": "HwShunt"},
+            }
+            assert c.post("/v1/claims", json=body).json()["verdict"] == "admit"
+
+
+class DryAgent(Agent):
+    """The agent with its acts counted, not carried out (there is no job to signal)."""
+
+    def _act(self, job: SlurmJob, kind: str) -> None:
+        pass
+
+
+def agent_pass(folder: Path, deployment: Deployment, url: str) -> dict[str, Any]:
+    exporter = Exporter()
+    env = dict(os.environ)
+    config = BridgeConfig(folder / "bridge.toml", url, folder / "token")
+    client = PoolClient(url, deployment.operator, 30.0)
+    agent = DryAgent(config, env, client, log=lambda _line: None)
+    agent.sampler = sampling.Sampler(
+        f"http://127.0.0.1:{exporter.port}/{{node}}", None, 1, client, env, None, lambda _l: None
+    )
+    names = vars(sampling)
+    real = names["run_slurm"]
+    # Slurm's commands are not run here (see the module docstring): their text is made.
+    names["run_slurm"] = lambda argv, _env, _timeout_s=30.0: detail_text(int(argv[-1]))
+    try:
+        text = scontrol_text()
+        agent.carry_out(parse_scontrol_jobs(text))  # nothing is read yet: all withheld
+        agent.sampler.sample(parse_scontrol_jobs(text))  # baselines
+        time.sleep(1.0)
+        started = time.perf_counter()
+        jobs = parse_scontrol_jobs(text)
+        parsed = time.perf_counter()
+        agent.sampler.sample(jobs)
+        sampled = time.perf_counter()
+        done = agent.carry_out(jobs)
+        ended = time.perf_counter()
+    finally:
+        names["run_slurm"] = real
+        exporter.server.shutdown()
+    return {
+        "pass_s_1000_jobs": round(ended - started, 3),
+        "parse_s": round(parsed - started, 3),
+        "sample_s": round(sampled - parsed, 3),
+        "acts_s": round(ended - sampled, 3),
+        "acts_done": done,
+        "slurm_commands_s_estimate": f"{JOBS} x scontrol show job -d, not run",
+    }
+
+
+async def load(url: str, token: str, prefix: str, seconds: float) -> float:
+    """CLIENTS keep-alive clients admitting claims for `seconds`; the p99 latency in ms."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def client(n: int) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        head = (
+            f"POST /v1/claims HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {token}\r\n"
+            "content-type: application/json\r\ncontent-length: "
+        ).encode()
+        i = 0
+        while time.perf_counter() < stop:
+            body = json.dumps(
+                {
+                    "id": f"{prefix}{n}-{i}",
+                    "entitlement": f"team-{n % 8}",
+                    "gang_size": 1,
+                    "devices_per_member": 1,
+                    "estimate": {"uj": 1000, "grade": "HwShunt"},
+                }
+            ).encode()
+            t = time.perf_counter()
+            writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
+            _status, length = _response_head(await reader.readuntil(b"\r\n\r\n"))
+            await reader.readexactly(length)
+            latencies.append(time.perf_counter() - t)
+            i += 1
+        writer.close()
+
+    await asyncio.gather(*(client(n) for n in range(CLIENTS)))
+    latencies.sort()
+    return latencies[int(len(latencies) * 0.99) - 1] * 1000
+
+
+def post_readings(url: str, token: str, count: int, seconds: float) -> None:
+    """`--readings`: one reading a claim every 30 s, spread evenly, for `seconds`."""
+    every = 30.0 / count
+    started = time.perf_counter()
+    n = 0
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as c:
+        while time.perf_counter() - started < seconds:
+            i = n % count
+            at = time.time_ns() // 1_000_000
+            body = {"at_ms": at, "energy": {"uj": at, "grade": "HwShunt"}, "every_ms": 30_000}
+            c.post(f"/v1/claims/r-{i}/readings", json=body)
+            n += 1
+            wait = started + n * every - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--readings"]:
+        post_readings(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+        return
+    result: dict[str, Any] = {"nodes": NODES, "jobs": JOBS, "clients": CLIENTS}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "d"
+        deployment = Deployment.create(folder, tenants=())
+        big_tree(folder)
+        (folder / "pool.toml").write_text((folder / "pool.toml").read_text() + RUNTIME)
+        serve = start_serve(folder)
+        try:
+            admit(serve.url, deployment.operator, [f"job-{i}" for i in range(JOBS)])
+            result.update(agent_pass(folder, deployment, serve.url))
+        finally:
+            serve.kill()
+        folder = Path(tmp) / "e"
+        deployment = Deployment.create(folder, tenants=())
+        big_tree(folder)
+        serve = start_serve(folder)
+        try:
+            admit(serve.url, deployment.operator, [f"r-{i}" for i in range(CLAIMS_READING)])
+            time.sleep(5.0)  # let the snapshot the admissions started settle
+            quiet_rounds, busy_rounds = [], []
+            # Rounds alternate, so both see the same machine (it is shared here).
+            for r in range(ROUNDS):
+                quiet_rounds.append(
+                    asyncio.run(load(serve.url, deployment.operator, f"q{r}-", SECONDS))
+                )
+                poster = subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--readings",
+                        serve.url,
+                        deployment.operator,
+                        str(CLAIMS_READING),
+                        str(SECONDS + 2),
+                    ]
+                )
+                time.sleep(1.0)
+                busy_rounds.append(
+                    asyncio.run(load(serve.url, deployment.operator, f"w{r}-", SECONDS))
+                )
+                poster.wait(timeout=60)
+            quiet, busy = statistics.median(quiet_rounds), statistics.median(busy_rounds)
+        finally:
+            serve.kill()
+    result.update(
+        {
+            "running_claims_reading": CLAIMS_READING,
+            "admission_p99_ms_without_readings": round(quiet, 2),
+            "admission_p99_ms_with_readings": round(busy, 2),
+            "p99_ratio_with_readings": round(busy / quiet, 3),
+            "rounds": ROUNDS,
+        }
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
