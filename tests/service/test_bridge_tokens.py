@@ -172,6 +172,16 @@ def test_a_bridge_token_reads_and_reports_the_acts_of_its_subtree_only(
             a["claim"] for a in ops.get("/v1/actions", params={"kind": "notice"}).json()["actions"]
         ]
         assert mine in kinds and theirs not in kinds
+        # A requeued job's earlier run, kept and read back at its release (§6.2).
+        run = {"kind": "run", "outcome": "recorded", "detail": "run 1"}
+        energy = {"energy": {"uj": 700 * J, "grade": "HwShunt"}}
+        assert bridge.post("/v1/actions", json={"claim": mine, **run, **energy}).is_success
+        assert ops.post("/v1/actions", json={"claim": theirs, **run, **energy}).is_success
+        for claim_id, seen in ((mine, 1), (theirs, 0)):
+            got = bridge.get("/v1/actions", params={"claim": claim_id, "kind": "run"})
+            assert got.status_code == 200, got.text
+            assert len(got.json()["actions"]) == seen
+        assert bridge.get("/v1/actions", params={"entitlement": "language"}).status_code == 403
 
 
 def test_a_whole_tree_bridge_token_acts_on_every_entitlement(

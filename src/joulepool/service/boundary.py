@@ -63,14 +63,16 @@ BRIDGE_ROUTES = frozenset(
         ("POST", "/v1/estimates"),
         ("POST", "/v1/actions"),
         ("GET", "/v1/actions/due"),
+        ("GET", "/v1/actions"),
         ("GET", "/v1/entitlements"),
         ("GET", "/v1/token"),
     }
 )
 """What a bridge token may call besides one claim's routes (docs/api.md, Tokens): admit
 (with the class estimate job_submit.lua asks first), list claims, read the acts due and
-report what it carried out, read entitlements (check-config maps accounts to them) and its
-own scope. Each route still confines it to its subtree."""
+report what it carried out, read the action log (a requeued job's earlier runs), read
+entitlements (check-config maps accounts to them) and its own scope. Each route still
+confines it to its subtree."""
 
 BRIDGE_CLAIM_POSTS = ("/release", "/readings")
 """What a bridge token may post to one claim: its release and its meter readings."""

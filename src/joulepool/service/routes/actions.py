@@ -203,13 +203,14 @@ def list_actions(
     service: Service = Depends(served),
 ) -> Response:
     """The action log, newest first (API.md "Run time"): filters `entitlement` (its
-    subtree), `kind`, `since_ms`, `claim`, `limit`; a tenant token sees its own subtree."""
+    subtree), `kind`, `since_ms`, `claim`, `limit`; a tenant or bridge token sees its own
+    subtree (a bridge reads a requeued job's earlier runs back at its release)."""
     query = request.query_params
     unknown = sorted(set(query) - {"entitlement", "kind", "since_ms", "claim", "limit"})
     if unknown:
         raise InvalidInput(unknown[0], "unknown query parameter")
-    if not (who.operator or who.tenant is not None):
-        raise ApiError(403, "forbidden", "this needs an operator or a tenant token")
+    if not (who.operator or who.bridge or who.tenant is not None):
+        raise ApiError(403, "forbidden", "this needs an operator, bridge or tenant token")
     log = _log(service)
     pool = service.fresh_pool()
     tree = pool.tree
@@ -223,7 +224,7 @@ def list_actions(
     limit = 100 if limit_text is None else check_figure(_since(limit_text), "limit")
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput("limit", f"must be between 1 and {MAX_LIMIT}")
-    roots = [r for r in (who.tenant, entitlement) if r is not None]
+    roots = [r for r in (who.subtree, entitlement) if r is not None]
     keep = matching(tree, roots, query.get("kind"), since, query.get("claim"))
     found = log.read(keep, limit)
     out = [{**r, "claim": shown_id(who.tenant, r["claim"])} for r in found]
