@@ -354,12 +354,12 @@ def test_running_claims_and_recent_acts_show_the_live_figures_with_a_dash_for_un
     t = time.time_ns() // 1_000_000 - 60_000
     with serve.client(deployment.operator) as ops:
         for cid in ("v-watched", "v-unread"):
-            body = {"id": cid, "entitlement": "vision", "gang_size": 1, "devices_per_member": 1}
-            body |= {"estimate": {"uj": 10**9, "grade": "HwShunt"}}
+            body: dict[str, Any] = {"id": cid, "entitlement": "vision", "gang_size": 1}
+            body |= {"devices_per_member": 1, "estimate": {"uj": 10**9, "grade": "HwShunt"}}
             assert ops.post("/v1/claims", json=body).json()["verdict"] == "admit", cid
         for at, uj in ((t, 0), (t + 60_000, 60 * 10**6)):
-            sent = {"at_ms": at, "energy": {"uj": uj, "grade": "HwShunt"}, "every_ms": 30_000}
-            sent["job"] = {"id": "77", "user": "ada"}
+            sent: dict[str, Any] = {"at_ms": at, "energy": {"uj": uj, "grade": "HwShunt"}}
+            sent |= {"every_ms": 30_000, "job": {"id": "77", "user": "ada"}}
             assert ops.post("/v1/claims/v-watched/readings", json=sent).status_code == 200
         assert ops.post("/v1/claims/v-watched/progress", json={"units": 4}).status_code == 200
         act = {"claim": "v-watched", "kind": "notice", "outcome": "done", "job": "77"}

@@ -224,7 +224,9 @@ def _claims(args: argparse.Namespace) -> int:
             )
         )
         if not live:
-            c.print("live figures (energy so far, power, idle, units): ask the service with --url")
+            c.print(
+                "live figures (energy so far, power, idle, units, cost): ask the service with --url"
+            )
 
     emit(args, {"claims": rows}, human)
     return 0
