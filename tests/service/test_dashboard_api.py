@@ -16,7 +16,9 @@ from joulepool.claim import Claim
 from joulepool.grade import Energy, Grade
 from joulepool.periods import Schedule
 from joulepool.pool import Pool
+from joulepool.service.dashboard import RUNNING_SHOWN, running
 from joulepool.service.timeline import CHUNK, MAX_POINTS, Timeline, TimelineBuilding
+from joulepool.service.tokens import Principal
 from joulepool.stores.memory import MemoryStore
 from tests.support.builders import team_tree
 from tests.support.ledgers import STEWARD
@@ -248,3 +250,28 @@ def test_running_claims_show_the_live_figures_of_the_claims_list_and_the_newest_
         assert mine["recent_actions"] == own_log
     finally:
         run.close()
+
+
+def test_the_running_list_is_bounded_newest_first_with_a_count_of_the_rest() -> None:
+    now = {"ms": 10 * DAY_MS}
+    pool = Pool(
+        team_tree(g=10**15, gd=RUNNING_SHOWN + 10),
+        STEWARD,
+        MemoryStore(),
+        clock=lambda: now["ms"],
+        period=Schedule("day"),
+    )
+    for i in range(RUNNING_SHOWN + 3):
+        now["ms"] += 10
+        made = pool.submit(Claim(f"c{i}", "ab"[i % 2], 1, 1, Energy(1000, Grade.HwShunt)))
+        assert made.verdict.verdict == "admit", i
+    pool.release("c0", Energy(500, Grade.HwShunt))
+    out = running(pool, Principal("ops", "operator"))
+    listed = [c["claim"] for c in out["running"]]
+    assert listed == [f"c{i}" for i in range(RUNNING_SHOWN + 2, 2, -1)]
+    assert out["running_more"] == 2  # c1 and c2 run unlisted; c0 is released
+    assert all(c["state"] == "running" and "live" in c for c in out["running"])
+    # A tenant of `b` is told of b's claims only, under its own names, and counts only its own.
+    mine = running(pool, Principal("b-team", "tenant:b"))
+    assert {c["entitlement"] for c in mine["running"]} == {"b"}
+    assert len(mine["running"]) == (RUNNING_SHOWN + 2) // 2 and mine["running_more"] == 0
