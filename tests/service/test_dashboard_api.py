@@ -17,6 +17,7 @@ from joulepool.grade import Energy, Grade
 from joulepool.periods import Schedule
 from joulepool.pool import Pool
 from joulepool.service.dashboard import RUNNING_SHOWN, running
+from joulepool.service.models import DashboardOut
 from joulepool.service.timeline import CHUNK, MAX_POINTS, Timeline, TimelineBuilding
 from joulepool.service.tokens import Principal
 from joulepool.stores.memory import MemoryStore
@@ -228,6 +229,7 @@ def test_running_claims_show_the_live_figures_of_the_claims_list_and_the_newest_
         assert [c["claim"] for c in out["running"]] == ["robotics/mine", "quiet", "seen"]
         assert out["running"] == sorted(listed, key=lambda c: -c["admitted_seq"])
         assert out["running_more"] == 0
+        DashboardOut.model_validate(out)  # the published schema holds the new lists
         seen = out["running"][2]["live"]
         assert (seen["energy_uj"], seen["power_uw"], seen["units"]) == (60 * 10**6, 10**6, 4)
         assert seen["realised_cost"] == "15000000/1"
