@@ -393,6 +393,7 @@ def test_running_claims_and_recent_acts_show_the_live_figures_with_a_dash_for_un
         "[...document.querySelectorAll('#actions tbody tr')].map(r => [r.dataset.claim, r.dataset.kind])"
     )
     assert acts[0] == ["v-watched", "notice"]
+    assert page.evaluate("document.querySelectorAll('section section').length") == 0  # well formed
     assert page.console_errors == []
 
 
