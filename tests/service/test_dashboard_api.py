@@ -5,7 +5,9 @@ admitted in (DESIGN.md §3)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +16,10 @@ from joulepool.claim import Claim
 from joulepool.grade import Energy, Grade
 from joulepool.periods import Schedule
 from joulepool.pool import Pool
+from joulepool.service.dashboard import RUNNING_SHOWN, running
+from joulepool.service.models import DashboardOut
 from joulepool.service.timeline import CHUNK, MAX_POINTS, Timeline, TimelineBuilding
+from joulepool.service.tokens import Principal
 from joulepool.stores.memory import MemoryStore
 from tests.support.builders import team_tree
 from tests.support.ledgers import STEWARD
@@ -188,3 +193,87 @@ def test_a_request_folds_only_a_short_tail_and_the_build_gives_the_whole_fold() 
     pool.submit(Claim("late", "a", 1, 1, Energy(7000, Grade.HwShunt)))
     assert built.catch_up(pool, most=CHUNK) == pool.length
     assert built.series(10, ["a"])["a"][-1][1] == pool.usage_of("a", 10).spent_uj
+
+
+def test_running_claims_show_the_live_figures_of_the_claims_list_and_the_newest_acts(
+    tmp_path: Path,
+) -> None:
+    """DESIGN.md §7: the dashboard's running claims are `GET /v1/claims?state=running`'s,
+    figure for figure, unknown as null; its recent acts are `GET /v1/actions`'s; a tenant
+    sees its own subtree's of each, under the ids it names them by."""
+    run = serving(tmp_path / "d")
+    deployment, serve = next(run)
+    try:
+        t = time.time_ns() // 1_000_000 - 60_000
+        with serve.client(deployment.operator) as ops:
+            for cid in ("seen", "quiet"):
+                assert ops.post("/v1/claims", json=body(cid, "vision", MJ)).json()["verdict"] == (
+                    "admit"
+                )
+            for at, uj in ((t, 0), (t + 60_000, 60 * 10**6)):
+                sent = {"at_ms": at, "energy": {"uj": uj, "grade": "HwShunt"}, "every_ms": 30_000}
+                sent["job"] = {"id": "77", "user": "ada", "name": "train.sh"}
+                assert ops.post("/v1/claims/seen/readings", json=sent).status_code == 200
+            assert ops.post("/v1/claims/seen/progress", json={"units": 4}).status_code == 200
+        with serve.client(deployment.tenants["robotics"]) as robotics:
+            assert robotics.post("/v1/claims", json=body("mine", "robotics", MJ)).json()[
+                "verdict"
+            ] == ("admit")
+        with serve.client(deployment.operator) as ops:
+            for cid in ("seen", "robotics/mine"):
+                act = {"claim": cid, "kind": "notice", "outcome": "done", "job": "77"}
+                assert ops.post("/v1/actions", json=act).status_code == 200, cid
+            listed = ops.get("/v1/claims", params={"state": "running"}).json()["claims"]
+            logged = ops.get("/v1/actions", params={"limit": 20}).json()["actions"]
+        out = ops_get(serve, deployment.operator, "/v1/dashboard")
+        assert [c["claim"] for c in out["running"]] == ["robotics/mine", "quiet", "seen"]
+        assert out["running"] == sorted(listed, key=lambda c: -c["admitted_seq"])
+        assert out["running_more"] == 0
+        DashboardOut.model_validate(out)  # the published schema holds the new lists
+        seen = out["running"][2]["live"]
+        assert (seen["energy_uj"], seen["power_uw"], seen["units"]) == (60 * 10**6, 10**6, 4)
+        assert seen["realised_cost"] == "15000000/1"
+        assert seen["job"] == {"id": "77", "user": "ada", "name": "train.sh"}
+        quiet = out["running"][1]["live"]
+        assert quiet["energy_uj"] is None and quiet["power_uw"] is None
+        assert quiet["realised_cost"] is None and quiet["idle"]["reason"] == "no_reading"
+        assert [(a["claim"], a["kind"]) for a in out["recent_actions"]] == [
+            ("robotics/mine", "notice"),
+            ("seen", "notice"),
+        ]
+        assert out["recent_actions"] == logged
+        token = deployment.tenants["robotics"]
+        mine = ops_get(serve, token, "/v1/dashboard")
+        with serve.client(token) as robotics:
+            own = robotics.get("/v1/claims", params={"state": "running"}).json()["claims"]
+            own_log = robotics.get("/v1/actions", params={"limit": 20}).json()["actions"]
+        assert [c["claim"] for c in mine["running"]] == ["mine"] and mine["running"] == own
+        assert [a["claim"] for a in mine["recent_actions"]] == ["mine"]
+        assert mine["recent_actions"] == own_log
+    finally:
+        run.close()
+
+
+def test_the_running_list_is_bounded_newest_first_with_a_count_of_the_rest() -> None:
+    now = {"ms": 10 * DAY_MS}
+    pool = Pool(
+        team_tree(g=10**15, gd=RUNNING_SHOWN + 10),
+        STEWARD,
+        MemoryStore(),
+        clock=lambda: now["ms"],
+        period=Schedule("day"),
+    )
+    for i in range(RUNNING_SHOWN + 3):
+        now["ms"] += 10
+        made = pool.submit(Claim(f"c{i}", "ab"[i % 2], 1, 1, Energy(1000, Grade.HwShunt)))
+        assert made.verdict.verdict == "admit", i
+    pool.release("c0", Energy(500, Grade.HwShunt))
+    out = running(pool, Principal("ops", "operator"))
+    listed = [c["claim"] for c in out["running"]]
+    assert listed == [f"c{i}" for i in range(RUNNING_SHOWN + 2, 2, -1)]
+    assert out["running_more"] == 2  # c1 and c2 run unlisted; c0 is released
+    assert all(c["state"] == "running" and "live" in c for c in out["running"])
+    # A tenant of `b` is told of b's claims only, under its own names, and counts only its own.
+    mine = running(pool, Principal("b-team", "tenant:b"))
+    assert {c["entitlement"] for c in mine["running"]} == {"b"}
+    assert len(mine["running"]) == (RUNNING_SHOWN + 2) // 2 and mine["running_more"] == 0

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -343,6 +344,56 @@ def test_an_admission_through_the_api_appears_without_a_reload(
     assert page.evaluate("document.querySelectorAll('main img').length") == 0
     assert hostile in page.evaluate("document.getElementById('verdicts').innerText")
     assert page.evaluate("document.title") == "joulepool"
+    assert page.console_errors == []
+
+
+def test_running_claims_and_recent_acts_show_the_live_figures_with_a_dash_for_unknown(
+    browser: Chromium, served: tuple[Deployment, Serve, str]
+) -> None:
+    deployment, serve, _ = served
+    t = time.time_ns() // 1_000_000 - 60_000
+    with serve.client(deployment.operator) as ops:
+        for cid in ("v-watched", "v-unread"):
+            body: dict[str, Any] = {"id": cid, "entitlement": "vision", "gang_size": 1}
+            body |= {"devices_per_member": 1, "estimate": {"uj": 10**9, "grade": "HwShunt"}}
+            assert ops.post("/v1/claims", json=body).json()["verdict"] == "admit", cid
+        for at, uj in ((t, 0), (t + 60_000, 60 * 10**6)):
+            sent: dict[str, Any] = {"at_ms": at, "energy": {"uj": uj, "grade": "HwShunt"}}
+            sent |= {"every_ms": 30_000, "job": {"id": "77", "user": "ada"}}
+            assert ops.post("/v1/claims/v-watched/readings", json=sent).status_code == 200
+        assert ops.post("/v1/claims/v-watched/progress", json={"units": 4}).status_code == 200
+        act = {"claim": "v-watched", "kind": "notice", "outcome": "done", "job": "77"}
+        assert ops.post("/v1/actions", json=act).status_code == 200
+        listed = ops.get("/v1/claims", params={"state": "running", "limit": 1000}).json()
+    live = {c["claim"]: c["live"] for c in listed["claims"]}
+    page = open_dashboard(browser, serve, deployment.operator)
+    page.wait_for("document.querySelector('#running tr[data-claim=v-unread]') !== null")
+    cells = page.evaluate(
+        """Object.fromEntries([...document.querySelectorAll('#running tbody tr')].map(r => [
+          r.dataset.claim,
+          Object.fromEntries([...r.querySelectorAll('[data-field]')].map(
+            c => [c.dataset.field, [c.dataset.value, c.textContent]]))]))"""
+    )
+    watched, unread = cells["v-watched"], cells["v-unread"]
+    figures = live["v-watched"]
+    assert watched["energy_uj"] == [str(figures["energy_uj"]), "60 J HwShunt"]
+    assert watched["power_uw"] == [str(figures["power_uw"]), "1 W"]
+    assert watched["realised_cost"] == ["15000000/1", "15000000/1 µJ/unit"]
+    assert watched["units"][1] == "4 steps" and watched["job"][1] == "77 (ada)"
+    assert watched["reservation_used_pct"][1] == f"{figures['reservation_used_pct']} %"
+    # Unknown is not zero: no reading yet, so every measured figure is a dash.
+    for field in ("energy_uj", "power_uw", "units", "realised_cost", "exhausts_at_ms", "job"):
+        assert unread[field] == ["", "—"], field
+    assert (
+        unread["idle"][1]
+        == "no_verdict (no_reading)"
+        == (f"{live['v-unread']['idle']['verdict']} ({live['v-unread']['idle']['reason']})")
+    )
+    acts = page.evaluate(
+        "[...document.querySelectorAll('#actions tbody tr')].map(r => [r.dataset.claim, r.dataset.kind])"
+    )
+    assert acts[0] == ["v-watched", "notice"]
+    assert page.evaluate("document.querySelectorAll('section section').length") == 0  # well formed
     assert page.console_errors == []
 
 

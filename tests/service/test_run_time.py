@@ -247,6 +247,16 @@ def test_run_time_pool_claims_reads_beside_pool_serve_and_asks_it_for_live_figur
     assert human.returncode == 0 and "power 1.0 W" in human.stdout, human.stdout
     table = pool_cli("claims", "--url", serve.url, "--token-file", str(token), "--state", "running")
     assert table.returncode == 0 and "shown" in table.stdout and "so far" in table.stdout
+    # Realised cost is undefined until a unit completes: an empty cell, then the API's text.
+    before = next(line for line in table.stdout.splitlines() if line.split()[:1] == ["shown"])
+    assert "cost" in table.stdout.splitlines()[1] and before.split()[-1] == "-", table.stdout
+    with serve.client(d.operator) as ops:
+        assert ops.post("/v1/claims/shown/progress", json={"units": 7}).status_code == 200
+        cost = ops.get("/v1/claims/shown").json()["live"]["realised_cost"]
+    assert cost == "60000000/7"
+    again = pool_cli("claims", "--url", serve.url, "--token-file", str(token), "--state", "running")
+    row = next(line for line in again.stdout.splitlines() if line.split()[:1] == ["shown"])
+    assert row.split()[-2:] == [cost, "µJ/unit"], again.stdout
     nobody = pool_cli("claim", "nobody", "--url", serve.url, "--token-file", str(token))
     assert nobody.returncode == 1 and nobody.stderr.startswith("pool: unknown_claim:")
 

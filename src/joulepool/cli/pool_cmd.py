@@ -199,7 +199,7 @@ def _claims(args: argparse.Namespace) -> int:
             "grade",
         ]
         if live:
-            headings += [f"so far ({so_far.label})", "power (W)", "idle", "used %", "units"]
+            headings += [f"so far ({so_far.label})", "power (W)", "idle", "used %", "units", "cost"]
         table_rows = []
         for r in rows:
             row: list[object] = [
@@ -224,16 +224,19 @@ def _claims(args: argparse.Namespace) -> int:
             )
         )
         if not live:
-            c.print("live figures (energy so far, power, idle, units): ask the service with --url")
+            c.print(
+                "live figures (energy so far, power, idle, units, cost): ask the service with --url"
+            )
 
     emit(args, {"claims": rows}, human)
     return 0
 
 
 def live_cells(live: dict[str, Any] | None, so_far: Any) -> list[object]:
-    """A running claim's live figures as table cells; None (shown empty) where unknown."""
+    """A running claim's live figures as table cells, the realised cost (§5.1) as the API
+    gives it; None (shown empty) where unknown or, for the cost, undefined."""
     if live is None:
-        return [None] * 5
+        return [None] * 6
     idle = live["idle"]["verdict"] + (
         f" ({live['idle']['reason']})" if live["idle"]["reason"] else ""
     )
@@ -245,6 +248,7 @@ def live_cells(live: dict[str, Any] | None, so_far: Any) -> list[object]:
         idle,
         live["reservation_used_pct"],
         None if units is None else f"{units}" + (f"/{live['total']}" if live["total"] else ""),
+        None if live["realised_cost"] is None else f"{live['realised_cost']} µJ/unit",
     ]
 
 

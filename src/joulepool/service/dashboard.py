@@ -3,8 +3,10 @@
 Nothing here decides or recomputes a figure: usage is `usage_report.entitlement_reports`
 (the code path of `pool usage --json` and `GET /v1/entitlements`), the ledger's facts are
 `ledger_report` (`GET /v1/ledger`), estimates are `Pool.estimate` (`POST /v1/estimates`),
-verdicts are the service's own record of what it answered. Scope is applied here, on the
-server: a tenant's answer holds its own subtree and nothing else, whatever the page does.
+verdicts are the service's own record of what it answered, running claims are
+`live_claim_json` (`GET /v1/claims`), recent acts are `visible_actions` (`GET /v1/actions`).
+Scope is applied here, on the server: a tenant's answer holds its own subtree and nothing
+else, whatever the page does.
 """
 
 from __future__ import annotations
@@ -13,12 +15,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from joulepool.claim_id import shown_id
+from joulepool.deployment.actions import ActionLog
 from joulepool.pool import Pool
 from joulepool.service.ledger_report import ledger_report
 from joulepool.service.timeline import REQUEST_FOLD_MAX, Timeline
 from joulepool.service.tokens import Principal
 from joulepool.service.verdicts import VerdictBook
+from joulepool.views.live import live_claim_json
 from joulepool.views.usage import entitlement_reports
+
+RUNNING_SHOWN = 200
+"""The most running claims one answer lists, the most recently admitted; the rest counted."""
+
+RECENT_ACTIONS = 20
+"""The newest records of the action log one answer lists."""
 
 CONSISTENT_TRIES = 5
 """Reads of the whole answer before giving up on one in which no append came in between."""
@@ -32,10 +43,12 @@ def dashboard(
     witnesses: Path | None,
     index: int | None,
     recent: int,
+    actions: ActionLog | None = None,
 ) -> dict[str, Any]:
     """API.md `GET /v1/dashboard`: the usage of period `index` (the current one if None) of
     every entitlement `who` may see, whom each borrower's surplus comes from, each one's
-    committed energy over time, the recent verdicts, what each class earned and, for an
+    committed energy over time, the recent verdicts, what each class earned, the running
+    claims with their live figures and the newest acts (DESIGN.md §7), and, for an
     operator, the ledger's length, head and attestation (§6.8, DESIGN.md §3, §2.6).
     Raises `TimelineBuilding` while the timeline's history is still being read."""
     visible = [e.id for e in pool.tree if who.may_act_on(pool.tree, e.id)]
@@ -66,6 +79,9 @@ def dashboard(
         "timeline": timeline.series(chosen, visible),
         "verdicts": verdicts.recent(_scope(pool, who), who.tenant, recent),
         "estimates": estimates(pool, who, timeline),
+        **running(pool, who),
+        # Null, not an empty list, where the service keeps no action log: unknown, not none.
+        "recent_actions": None if actions is None else _recent_actions(pool, who, actions),
     }
     if who.operator:
         ledger = ledger_report(pool, witnesses, witness=True)
@@ -73,6 +89,28 @@ def dashboard(
             ledger["last_at_ms"] = pool.state.last_at_ms
         out["ledger"] = ledger
     return out
+
+
+def running(pool: Pool, who: Principal) -> dict[str, Any]:
+    """DESIGN.md §7: the running claims `who` may see, newest admitted first, at most
+    `RUNNING_SHOWN` of them, each exactly as `GET /v1/claims` shows it (`live_claim_json`),
+    and how many more run unlisted."""
+    now_ms = pool.now_ms()
+    seen = [s for s in pool.running_claims() if who.may_act_on(pool.tree, s.admitted.entitlement)]
+    seen.sort(key=lambda s: s.admitted_seq, reverse=True)
+    return {
+        "running": [
+            live_claim_json(pool, s, shown_id(who.tenant, s.claim), now_ms)
+            for s in seen[:RUNNING_SHOWN]
+        ],
+        "running_more": max(0, len(seen) - RUNNING_SHOWN),
+    }
+
+
+def _recent_actions(pool: Pool, who: Principal, log: ActionLog) -> list[dict[str, Any]]:
+    from joulepool.service.routes.actions import visible_actions
+
+    return visible_actions(log, pool.tree, who, RECENT_ACTIONS)
 
 
 def _scope(pool: Pool, who: Principal) -> Callable[[str], bool]:

@@ -10,7 +10,7 @@ and a required one given as null is refused (DESIGN.md §2, §3 "Edge cases, pin
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic.json_schema import SkipJsonSchema
@@ -461,4 +461,12 @@ class DashboardOut(BaseModel):
     timeline: dict[str, list[list[int]]]
     verdicts: list[VerdictSeenOut]
     estimates: list[ClassEstimateOut]
+    running: list[dict[str, Any]] = Field(
+        description="running claims, newest admitted first, each as `GET /v1/claims` shows it"
+    )
+    running_more: int = Field(description="running claims visible but not listed")
+    recent_actions: list[dict[str, Any]] | None = Field(
+        description="the newest records of the action log, as `GET /v1/actions`; "
+        "null where the service keeps no action log"
+    )
     ledger: DashboardLedgerOut | SkipJsonSchema[None] = None

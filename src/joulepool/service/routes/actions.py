@@ -34,6 +34,7 @@ from joulepool.service.deps import (
 )
 from joulepool.service.served import Service
 from joulepool.service.tokens import Principal
+from joulepool.tree import Tree
 from joulepool.views.actions import DueItem, due_items, evidence_of
 
 router = APIRouter()
@@ -224,8 +225,25 @@ def list_actions(
     limit = 100 if limit_text is None else check_figure(_since(limit_text), "limit")
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput("limit", f"must be between 1 and {MAX_LIMIT}")
-    roots = [r for r in (who.subtree, entitlement) if r is not None]
-    keep = matching(tree, roots, query.get("kind"), since, query.get("claim"))
-    found = log.read(keep, limit)
-    out = [{**r, "claim": shown_id(who.tenant, r["claim"])} for r in found]
+    out = visible_actions(
+        log, tree, who, limit, entitlement, query.get("kind"), since, query.get("claim")
+    )
     return JSONResponse({"actions": out})
+
+
+def visible_actions(
+    log: ActionLog,
+    tree: Tree,
+    who: Principal,
+    limit: int,
+    entitlement: str | None = None,
+    kind: str | None = None,
+    since_ms: int | None = None,
+    claim: str | None = None,
+) -> list[dict[str, Any]]:
+    """API.md `GET /v1/actions`: the newest `limit` records of the action log `who` may
+    see (its subtree), matching the filters, each claim id as `who` names it (DESIGN.md
+    §7); the dashboard's recent acts are this same reading."""
+    roots = [r for r in (who.subtree, entitlement) if r is not None]
+    found = log.read(matching(tree, roots, kind, since_ms, claim), limit)
+    return [{**r, "claim": shown_id(who.tenant, r["claim"])} for r in found]

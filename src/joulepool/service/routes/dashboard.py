@@ -50,7 +50,14 @@ async def dashboard_data(
         index = None if period is None else pool.schedule.parse_label(period, "period")
         try:
             out = dashboard(
-                pool, who, timeline, state.metrics.verdicts, service.witnesses, index, verdicts
+                pool,
+                who,
+                timeline,
+                state.metrics.verdicts,
+                service.witnesses,
+                index,
+                verdicts,
+                service.actions,
             )
         except TimelineBuilding as building:
             timeline.build_in_background(pool)

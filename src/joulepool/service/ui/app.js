@@ -171,6 +171,54 @@ function drawEstimates(data) {
   body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 7, class: "empty" }, "no class declared yet"))]));
 }
 
+const UNKNOWN = "—";
+
+function known(value, show) {
+  // Unknown is not a value: a figure the API sent as null is shown as a dash, never 0.
+  return value === undefined || value === null ? UNKNOWN : show(value);
+}
+
+function cell(field, value, shown) {
+  return el("td", { "data-field": field, "data-value": value ?? "" }, shown);
+}
+
+function drawRunning(data) {
+  const body = document.querySelector("#running tbody");
+  const rows = data.running.map((c) => {
+    const live = c.live;
+    const job = live.job;
+    const jobWords = job ? `${job.id}${job.user ? ` (${job.user})` : ""}${job.name ? ` ${job.name}` : ""}` : UNKNOWN;
+    const idle = `${live.idle.verdict}${live.idle.reason ? ` (${live.idle.reason})` : ""}`;
+    const units = known(live.units, (u) => `${u}${live.total !== null ? `/${live.total}` : ""} ${live.unit}`);
+    return el("tr", { "data-claim": c.claim },
+      el("td", { class: "claim", title: c.claim }, c.claim), el("td", {}, c.entitlement),
+      cell("job", job ? job.id : null, jobWords),
+      el("td", { title: `${c.reserved.uj} µJ` }, `${energy(c.reserved.uj)} ${c.reserved.grade}`),
+      cell("energy_uj", live.energy_uj, known(live.energy_uj, (uj) => `${energy(uj)} ${live.grade}`)),
+      cell("power_uw", live.power_uw, known(live.power_uw, (uw) => `${(uw / 1e6).toLocaleString("en", { maximumFractionDigits: 1 })} W`)),
+      cell("idle", live.idle.verdict, idle),
+      cell("units", live.units, units),
+      cell("realised_cost", live.realised_cost, known(live.realised_cost, (q) => `${q} µJ/unit`)),
+      cell("reservation_used_pct", live.reservation_used_pct, known(live.reservation_used_pct, (p) => `${p} %`)),
+      cell("exhausts_at_ms", live.exhausts_at_ms, known(live.exhausts_at_ms, utc)));
+  });
+  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 11, class: "empty" }, "no claim running in this token's scope"))]));
+  document.getElementById("running-more").textContent = data.running_more ? `(${data.running_more} more not listed)` : "";
+}
+
+function drawActions(data) {
+  const body = document.querySelector("#actions tbody");
+  if (data.recent_actions === null) {
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "this service keeps no action log")));
+    return;
+  }
+  const rows = data.recent_actions.map((a) => el("tr", { "data-claim": a.claim, "data-kind": a.kind },
+    el("td", {}, utc(a.at_ms)), el("td", { class: "claim", title: a.claim }, a.claim), el("td", {}, a.entitlement),
+    el("td", {}, a.job ?? UNKNOWN), el("td", {}, a.kind), el("td", {}, a.outcome),
+    el("td", {}, a.reason ?? ""), el("td", {}, a.detail ?? "")));
+  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 8, class: "empty" }, "no act recorded"))]));
+}
+
 function drawLedger(data) {
   const host = document.getElementById("ledger");
   const l = data.ledger;
@@ -235,6 +283,8 @@ async function poll() {
       drawTimeline(body);
       drawVerdicts(body);
       drawEstimates(body);
+      drawRunning(body);
+      drawActions(body);
       drawLedger(body);
       document.body.dataset.length = body.ledger ? body.ledger.length : "";
       document.body.dataset.updated = String(body.now_ms);
@@ -259,7 +309,8 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("forget").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
     for (const id of ["entitlements", "timeline", "ledger"]) document.getElementById(id).replaceChildren();
-    for (const id of ["verdicts", "estimates"]) document.querySelector(`#${id} tbody`).replaceChildren();
+    document.getElementById("running-more").textContent = "";
+    for (const id of ["verdicts", "estimates", "running", "actions"]) document.querySelector(`#${id} tbody`).replaceChildren();
     clearTimeout(timer);
     generation++;
     status("give a token to see figures", false);
