@@ -315,7 +315,6 @@ VALID_CASES: list[dict[str, Any]] = [
             "reserved_uj": 1000,
             "energy": {"uj": 1101, "grade": "HwShunt"},
             "exhausts_at_ms": 5,
-            "unknown": "stale",
         },
         "now_ms": 0,
         "done": ["notice"],

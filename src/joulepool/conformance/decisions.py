@@ -24,6 +24,8 @@ from joulepool.live import (
     MAX_PERIOD_MS,
     MAX_SAMPLES,
     MIN_PERIOD_MS,
+    NO_READING,
+    STALE,
     ClaimLive,
     Reading,
     parse_progress,
@@ -176,13 +178,20 @@ def op_over_reservation(case: Mapping[str, Any]) -> Result:
 
     energy = ev.get("energy")
     unknown = ev.get("unknown")
+    # `unknown` says why there is no fresh figure (live.project's reasons); beside a figure
+    # it would contradict it, and any other word would be passed on as a reason no one set.
+    if unknown is not None and (energy is not None or unknown not in (NO_READING, STALE)):
+        raise InvalidInput(
+            "evidence.unknown",
+            f"must be {NO_READING} or {STALE}, and only where energy is unknown",
+        )
     evidence = Evidence(
         check_figure(ev["reserved_uj"], "evidence.reserved_uj"),
         None if energy is None else Energy.from_json(energy, "evidence.energy"),
         figure("at_ms"),
         figure("power_uw"),
         figure("exhausts_at_ms"),
-        None if unknown is None else check_text(unknown, "evidence.unknown"),
+        unknown,
     )
     done = case.get("done", [])
     if not isinstance(done, list) or any(k not in KINDS for k in done):
