@@ -23,6 +23,7 @@ from joulepool.live import (
     project,
     record_progress,
     record_reading,
+    window_ms,
 )
 
 H, M, E = Grade.HwShunt, Grade.ModelBased, Grade.Estimator
@@ -144,6 +145,21 @@ def test_design_s7_readings_out_of_order_or_decreasing_are_refused_and_change_no
         record_reading(live, Reading(T0 + 90_000, Energy(1, H)), None, 60_000)
     assert down.value.code == "reading_decreased"
     assert list(live.samples) == before
+
+
+def test_s2_7_a_window_of_a_fraction_of_a_millisecond_is_rounded_up_not_down() -> None:
+    # Readings are dated in ms: a 1.5 ms window is met by a 2 ms span, never by a 1 ms one,
+    # both when samples are dropped and when the window's mean is taken.
+    policy = IdlePolicy(window_us=1_500, threshold_uw=1)
+    assert window_ms(policy) == 2 and window_ms(IdlePolicy(2_000, 1)) == 2
+    assert window_ms(IdlePolicy(None, 1)) is None
+    live = ClaimLive()
+    for at in (0, 1, 2):
+        record_reading(live, Reading(T0 + at, Energy(0, H)), None, window_ms(policy))
+    out = project(
+        live, key="c", policy=policy, held_devices=1, reserved_uj=1, now_ms=T0 + 2
+    ).to_json()
+    assert out["idle"] == {"verdict": "idle", "reason": None}
 
 
 def test_design_s7_memory_per_claim_is_bounded_by_the_window() -> None:

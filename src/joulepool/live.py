@@ -229,6 +229,12 @@ class Projection:
         }
 
 
+def window_ms(policy: IdlePolicy) -> int | None:
+    """The §2.7 window in whole milliseconds, the unit readings are dated in: rounded up,
+    since a span counts as the window only once it is at least `window_us` long."""
+    return None if policy.window_us is None else -(-policy.window_us // 1000)
+
+
 def _window_base(samples: deque[Reading], latest: Reading, window_ms: int | None) -> Reading:
     """The sample the window's mean starts from: the newest at least a window before the
     latest, else the oldest kept (a shorter span, which §2.7 then calls too short)."""
@@ -286,8 +292,7 @@ def project(
             None,
             job,
         )
-    window_ms = None if policy.window_us is None else policy.window_us // 1000
-    base = _window_base(live.samples, latest, window_ms)
+    base = _window_base(live.samples, latest, window_ms(policy))
     span_uj = latest.energy.uj - base.energy.uj
     observed_us = (latest.at_ms - base.at_ms) * 1000
     grade: Grade = latest.energy.grade.weaker(base.energy.grade)

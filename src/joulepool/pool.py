@@ -63,6 +63,7 @@ from joulepool.live import (
     Projection,
     Reading,
     project,
+    window_ms,
 )
 from joulepool.periods import NONE, Period, Schedule
 from joulepool.stores.base import Store, head_at, refuse_rollback
@@ -705,9 +706,8 @@ class Pool:
         self._running(claim_id)
         if reading.at_ms > self.now_ms() + READING_AHEAD_MS:
             raise InvalidInput("at_ms", f"{reading.at_ms} is ahead of this clock")
-        window = self.idle_policy.window_us
         with self._live_lock:
-            self.live.reading(claim_id, reading, job, None if window is None else window // 1000)
+            self.live.reading(claim_id, reading, job, window_ms(self.idle_policy))
 
     def record_progress(self, claim_id: str, progress: Progress) -> None:
         """Keep a running claim's completed units, cumulative (§5.1; API.md "Run time")."""

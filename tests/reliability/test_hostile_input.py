@@ -309,6 +309,30 @@ VALID_CASES: list[dict[str, Any]] = [
         ],
     },
     {
+        "op": "over_reservation",
+        "policy": {"over_reservation": "signal", "margin_pct": 10, "notice_s": 300},
+        "evidence": {
+            "reserved_uj": 1000,
+            "energy": {"uj": 1101, "grade": "HwShunt"},
+            "exhausts_at_ms": 5,
+        },
+        "now_ms": 0,
+        "done": ["notice"],
+    },
+    {
+        "op": "live_projection",
+        "policy": {"window_us": 60_000_000, "threshold_uw": 1_000_000},
+        "reserved_uj": 1000,
+        "held_devices": 1,
+        "readings": [
+            {"at_ms": 0, "energy": {"uj": 0, "grade": "HwShunt"}},
+            {"at_ms": 60_000, "energy": {"uj": 700, "grade": "ModelBased"}},
+        ],
+        "progress": {"units": 3, "unit": "steps", "total": 9},
+        "sample_period_ms": 30_000,
+        "now_ms": 60_000,
+    },
+    {
         "op": "replay",
         "steward": STEWARD.kid,
         "public_key_hex": STEWARD.public_key.hex(),
@@ -358,7 +382,14 @@ def as_bytes(doc: Any) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-EXEC_ERRORS = {"invalid_input", "invalid_tree", "no_occupants", "no_weight"}
+EXEC_ERRORS = {
+    "invalid_input",
+    "invalid_tree",
+    "no_occupants",
+    "no_weight",
+    "reading_out_of_order",
+    "reading_decreased",
+}
 
 
 def exec_typed(data: bytes) -> None:

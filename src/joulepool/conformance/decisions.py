@@ -19,6 +19,21 @@ from joulepool.errors import InvalidInput
 from joulepool.estimate import DEFAULT_REQUIRED, Observation, derive_estimate
 from joulepool.grade import Energy
 from joulepool.idle import IdleObservation, IdlePolicy, idle_verdicts, reclamation_order
+from joulepool.live import (
+    DEFAULT_SAMPLE_PERIOD_MS,
+    MAX_PERIOD_MS,
+    MAX_SAMPLES,
+    MIN_PERIOD_MS,
+    NO_READING,
+    STALE,
+    ClaimLive,
+    Reading,
+    parse_progress,
+    project,
+    record_progress,
+    record_reading,
+    window_ms,
+)
 from joulepool.preemption import Workload, preemption_order, realised_cost
 from joulepool.tree import Tree, Usage
 
@@ -163,16 +178,77 @@ def op_over_reservation(case: Mapping[str, Any]) -> Result:
 
     energy = ev.get("energy")
     unknown = ev.get("unknown")
+    # `unknown` says why there is no fresh figure (live.project's reasons); beside a figure
+    # it would contradict it, and any other word would be passed on as a reason no one set.
+    if unknown is not None and (energy is not None or unknown not in (NO_READING, STALE)):
+        raise InvalidInput(
+            "evidence.unknown",
+            f"must be {NO_READING} or {STALE}, and only where energy is unknown",
+        )
     evidence = Evidence(
         check_figure(ev["reserved_uj"], "evidence.reserved_uj"),
         None if energy is None else Energy.from_json(energy, "evidence.energy"),
         figure("at_ms"),
         figure("power_uw"),
         figure("exhausts_at_ms"),
-        None if unknown is None else check_text(unknown, "evidence.unknown"),
+        unknown,
     )
     done = case.get("done", [])
     if not isinstance(done, list) or any(k not in KINDS for k in done):
         raise InvalidInput("done", f"must be a list of {', '.join(KINDS)}")
     due = due_act(policy, evidence, check_figure(case["now_ms"], "now_ms"), frozenset(done))
     return {"kind": due.kind, "reason": due.reason}
+
+
+def op_live_projection(case: Mapping[str, Any]) -> Result:
+    """DESIGN.md §7: a running claim's live figures (`live.project`), API.md's `"live"`
+    object less `job`. `readings` are `[{"at_ms", "energy": Energy}]` in time order, energy
+    since the claim's start; `progress` is `{"units", "unit"?, "total"?}`; absent or null,
+    no progress was reported. `sample_period_ms` defaults to the agent's 30 s."""
+    check_keys(
+        case,
+        "",
+        ("op", "policy", "reserved_uj", "held_devices", "readings", "now_ms"),
+        ("progress", "sample_period_ms"),
+    )
+    policy = idle_policy_from_json(case["policy"])
+    reserved = check_figure(case["reserved_uj"], "reserved_uj")
+    held = check_figure(case["held_devices"], "held_devices")
+    now_ms = check_figure(case["now_ms"], "now_ms")
+    period = case.get("sample_period_ms")
+    period = (
+        DEFAULT_SAMPLE_PERIOD_MS if period is None else check_figure(period, "sample_period_ms")
+    )
+    if not MIN_PERIOD_MS <= period <= MAX_PERIOD_MS:
+        raise InvalidInput(
+            "sample_period_ms", f"must be between {MIN_PERIOD_MS} and {MAX_PERIOD_MS} ms"
+        )
+    readings = _list(case, "readings")
+    # The live book keeps no more than this; a case that gives more would be judged on
+    # fewer samples than it names, so it is refused instead.
+    if len(readings) > MAX_SAMPLES:
+        raise InvalidInput("readings", f"at most {MAX_SAMPLES} readings")
+    live = ClaimLive()
+    for i, item in enumerate(readings):
+        where = f"readings[{i}]"
+        given = check_keys(item, where, ("at_ms", "energy"))
+        reading = Reading(
+            check_figure(given["at_ms"], f"{where}.at_ms"),
+            Energy.from_json(given["energy"], f"{where}.energy"),
+            period,
+        )
+        record_reading(live, reading, None, window_ms(policy))
+    progress = case.get("progress")
+    if progress is not None:
+        record_progress(live, parse_progress(progress, now_ms, "progress"))
+    figures = project(
+        live,
+        key="claim",
+        policy=policy,
+        held_devices=held,
+        reserved_uj=reserved,
+        now_ms=now_ms,
+        sample_period_ms=period,
+    ).to_json()
+    del figures["job"]
+    return figures

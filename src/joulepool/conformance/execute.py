@@ -22,6 +22,7 @@ OPERATIONS: dict[str, Operation] = {
     "preemption_order": decisions.op_preemption_order,
     "idle": decisions.op_idle,
     "over_reservation": decisions.op_over_reservation,
+    "live_projection": decisions.op_live_projection,
     "seal": ledger_ops.op_seal,
     "replay": ledger_ops.op_replay,
     "period_usage": ledger_ops.op_period_usage,
