@@ -17,12 +17,12 @@ import contextlib
 import getpass
 import json
 import os
-import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from joulepool.deployment.keys import read_numbered
 from joulepool.errors import DiskFull, PoolError, StoreError, no_space
 from joulepool.files import fsync_dir, write_atomically
 from joulepool.ledger.configs import (
@@ -41,30 +41,13 @@ if TYPE_CHECKING:
     from joulepool.pool import Pool
 
 CONFIGS = "configs"
-_NAME = re.compile(r"^[0-9]{8}\.cose$")
 
 
 def read_config_statements(folder: Path) -> list[bytes]:
-    """The configuration statements kept in `folder` (a `configs/` folder), in order; none
-    if it does not exist. A stray name, a gap in the numbering or an oversized file refuses
-    the whole set (`ConfigStatementRefused` at its position, docs/reliability.md §18)."""
-    if not folder.is_dir():
-        return []
-    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-    out: list[bytes] = []
-    for position, name in enumerate(names):
-        if not _NAME.match(name) or int(name[:8]) != position:
-            raise ConfigStatementRefused(
-                position, f"{folder / name}: expected {position:08d}.cose, statements in order"
-            )
-        path = folder / name
-        try:
-            if path.stat().st_size > MAX_CONFIG_STATEMENT_BYTES:
-                raise ConfigStatementRefused(position, f"{path}: larger than any statement")
-            out.append(path.read_bytes())
-        except OSError as exc:
-            raise ConfigStatementRefused(position, f"{path}: cannot read: {exc.strerror}") from None
-    return out
+    """The configuration statements kept in `folder` (a `configs/` folder), in order
+    (`read_numbered`; `ConfigStatementRefused` at the position that fails,
+    docs/reliability.md §18)."""
+    return read_numbered(folder, MAX_CONFIG_STATEMENT_BYTES, ConfigStatementRefused, "statement")
 
 
 def config_history(folder: Path, keys: KeySchedule) -> ConfigHistory:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,27 +39,35 @@ _NAME = re.compile(r"^[0-9]{8}\.cose$")
 MAX_STATEMENT_BYTES = 4096
 
 
-def read_statements(folder: Path) -> list[bytes]:
-    """The rotation statements kept in `folder` (a `rotations/` folder), in order; none if
-    it does not exist. A file that is not `NNNNNNNN.cose`, a gap in the numbering, or an
-    oversized file refuses the whole set (`RotationRefused` at its position, DESIGN.md §4)."""
+def read_numbered(
+    folder: Path, max_bytes: int, refuse: Callable[[int, str], PoolError], what: str
+) -> list[bytes]:
+    """The signed statements kept in `folder` as `NNNNNNNN.cose`, in order; none if it does
+    not exist. A file of another name, a gap in the numbering, or one over `max_bytes` refuses
+    the whole set: `refuse(position, why)` (DESIGN.md §4, docs/reliability.md §18)."""
     if not folder.is_dir():
         return []
     names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
     out: list[bytes] = []
     for position, name in enumerate(names):
         if not _NAME.match(name) or int(name[:8]) != position:
-            raise RotationRefused(
+            raise refuse(
                 position, f"{folder / name}: expected {position:08d}.cose, statements in order"
             )
         path = folder / name
         try:
-            if path.stat().st_size > MAX_STATEMENT_BYTES:
-                raise RotationRefused(position, f"{path}: larger than any rotation statement")
+            if path.stat().st_size > max_bytes:
+                raise refuse(position, f"{path}: larger than any {what}")
             out.append(path.read_bytes())
         except OSError as exc:
-            raise RotationRefused(position, f"{path}: cannot read: {exc.strerror}") from None
+            raise refuse(position, f"{path}: cannot read: {exc.strerror}") from None
     return out
+
+
+def read_statements(folder: Path) -> list[bytes]:
+    """The rotation statements kept in `folder` (a `rotations/` folder), in order
+    (`read_numbered`; `RotationRefused` at the position that fails, DESIGN.md §4)."""
+    return read_numbered(folder, MAX_STATEMENT_BYTES, RotationRefused, "rotation statement")
 
 
 def key_schedule(folder: Path, anchor: KeyPair) -> KeySchedule:
