@@ -8,7 +8,6 @@ cosigned; and the cosignatures it returns verify under its published vkey here."
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -42,7 +41,7 @@ from joulepool.transparency.witness_client import (
     parse_witness,
     submit,
 )
-from tests.interop.tools import Unavailable, aics_witness
+from tests.interop.tools import Unavailable, aics_witness, aics_witness_cli
 from tests.support.ledgers import OTHER, STEWARD
 from tests.support.servers import free_port
 from tests.transparency.logs import ORIGIN, VKEY, Log, entries, note_of, serving
@@ -69,25 +68,13 @@ def command() -> Path:
         pytest.skip(str(exc))
 
 
-def _run(command: Path, folder: Path, *args: str) -> str:
-    out = subprocess.run(
-        [str(command), *args, "--config", str(folder / "witness.json")],
-        capture_output=True,
-        text=True,
-        cwd=folder,
-        timeout=60,
-        check=False,
-        env={k: v for k, v in os.environ.items() if k != "WITNESS_SEED_HEX"},
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
-
-
 @pytest.fixture
 def witness(command: Path, tmp_path: Path) -> Iterator[RunningWitness]:
     port = free_port()
-    vkey = _run(command, tmp_path, "init", "--name", NAME, "--listen", f"127.0.0.1:{port}")
-    _run(command, tmp_path, "add-log", "--origin", ORIGIN, "--vkey", VKEY)
+    vkey = aics_witness_cli(
+        command, tmp_path, "init", "--name", NAME, "--listen", f"127.0.0.1:{port}"
+    )
+    aics_witness_cli(command, tmp_path, "add-log", "--origin", ORIGIN, "--vkey", VKEY)
     log = tmp_path / "witness.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(

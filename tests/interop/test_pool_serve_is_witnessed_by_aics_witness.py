@@ -12,7 +12,6 @@ service with `pool proof follow --cosigned 1` accepts only cosigned checkpoints.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -31,7 +30,7 @@ from joulepool.grade import Energy, Grade
 from joulepool.ledger.checkpoint import open_checkpoint
 from joulepool.ledger.note import VerifierKey
 from joulepool.transparency.logkeys import parse_vkeys
-from tests.interop.tools import Unavailable, aics_witness
+from tests.interop.tools import Unavailable, aics_witness, aics_witness_cli
 from tests.support.builders import claim
 from tests.support.faults import claim as claim_json
 from tests.support.servers import Deployment, Serve, free_port, pool_cli, sighup, start_serve
@@ -46,20 +45,6 @@ def command() -> Path:
         return aics_witness()
     except Unavailable as exc:
         pytest.skip(str(exc))
-
-
-def _witness_cli(command: Path, folder: Path, *args: str) -> str:
-    out = subprocess.run(
-        [str(command), *args, "--config", str(folder / "witness.json")],
-        capture_output=True,
-        text=True,
-        cwd=folder,
-        timeout=60,
-        check=False,
-        env={k: v for k, v in os.environ.items() if k != "WITNESS_SEED_HEX"},
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def _log_vkey(folder: Path) -> str:
@@ -83,11 +68,11 @@ def witnessed(command: Path, tmp_path: Path) -> Iterator[tuple[Deployment, str, 
     home = tmp_path / "witness"
     home.mkdir()
     port = free_port()
-    vkey = _witness_cli(command, home, "init", "--name", NAME, "--listen", f"127.0.0.1:{port}")
+    vkey = aics_witness_cli(command, home, "init", "--name", NAME, "--listen", f"127.0.0.1:{port}")
     vkey = vkey.strip()
     log_vkey = _log_vkey(deployment.folder)
     origin = log_vkey.split("+", 1)[0]
-    _witness_cli(command, home, "add-log", "--origin", origin, "--vkey", log_vkey)
+    aics_witness_cli(command, home, "add-log", "--origin", origin, "--vkey", log_vkey)
     entry = f'\n[[c2sp_witness]]\nurl = "http://127.0.0.1:{port}/"\nvkey = "{vkey}"\n'
     (tmp_path / "entry.toml").write_text(entry)
     with (deployment.folder / CONFIG).open("a", encoding="utf-8") as fh:

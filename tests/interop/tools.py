@@ -236,3 +236,19 @@ def aics_witness() -> Path:
     .cache/interop/aics-witness-venv."""
     python = _python_env("aics-witness", AICS_WITNESS_REQUIREMENTS, AICS_TLOG_PIP_FLAGS)
     return python.parent / "aics-witness"
+
+
+def aics_witness_cli(command: Path, folder: Path, *args: str) -> str:
+    """Run `aics-witness ARGS --config FOLDER/witness.json` in FOLDER and return its output;
+    its seed comes from the config, never from the caller's environment."""
+    out = subprocess.run(
+        [str(command), *args, "--config", str(folder / "witness.json")],
+        capture_output=True,
+        text=True,
+        cwd=folder,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "WITNESS_SEED_HEX"},
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
