@@ -62,6 +62,9 @@ MAX_DETAIL_BYTES = 64 * 1024 * 1024
 """`scontrol show job -d` for every job larger than this is refused (some 100,000 jobs)."""
 MAX_JOBS = 200_000
 """The most jobs one `scontrol show job -d` may list: past Slurm's default MaxJobCount."""
+MAX_RECHECKS = 32
+"""Jobs a pass asks about one by one when the all-jobs text lists them twice: a bound on the
+processes a hostile job name can cost (beyond it such a job has no reading this pass)."""
 MAX_TEXT = 256
 MAX_GPUS = 65_536
 """The most GPUs one job's detail may list: a bound on a hostile range like IDX:0-999999999."""
@@ -253,27 +256,24 @@ def parse_job_detail(text: str) -> JobDetail:
 _JOB_START = re.compile(r"^JobId=(\d{1,10}) ", re.M)
 
 
-def parse_jobs_detail(text: str) -> dict[int, JobDetail]:
+def parse_jobs_detail(text: str) -> dict[int, JobDetail | None]:
     """Every job's GPU indices per node and name (DESIGN.md §7), by job id, from one
     `scontrol show job -d` of all jobs: each `JobId=` block read as `parse_job_detail` reads
     one job. Over `MAX_DETAIL_BYTES` or `MAX_JOBS`, or a block that does not parse, is
-    `InvalidInput`. An id listed twice is left out: Slurm lists each job (array task, het
-    component) under its own id, so a second block is text a job's owner wrote into a field."""
+    `InvalidInput`. An id listed twice maps to None: Slurm lists each job (array task, het
+    component) once under its own id, so the other block is text a job's owner wrote into
+    a field (a job name may hold a newline), and only that job's own query can say which."""
     if len(text) > MAX_DETAIL_BYTES:
         raise InvalidInput("scontrol show job -d", f"over {MAX_DETAIL_BYTES} bytes")
     starts = list(_JOB_START.finditer(text))
     if len(starts) > MAX_JOBS:
         raise InvalidInput("scontrol show job -d", f"more than {MAX_JOBS} jobs")
-    out: dict[int, JobDetail] = {}
-    twice: set[int] = set()
+    out: dict[int, JobDetail | None] = {}
     for k, m in enumerate(starts):
         end = starts[k + 1].start() if k + 1 < len(starts) else len(text)
         job_id = int(m.group(1))
-        if job_id in out:
-            twice.add(job_id)
-        out[job_id] = parse_job_detail(text[m.start() : end])
-    for job_id in twice:
-        del out[job_id]
+        detail = parse_job_detail(text[m.start() : end])
+        out[job_id] = None if job_id in out else detail
     return out
 
 
@@ -347,11 +347,16 @@ class Sampler:
             except (SlurmCommandFailed, InvalidInput) as exc:
                 self.log(f"no GPU detail this pass: {exc}")
                 every = {}
+            rechecks = 0
             for job in running:
-                if job.job_id in every:
-                    details[job.job_id] = every[job.job_id]
+                detail = every.get(job.job_id)
+                if detail is None and job.job_id in every and rechecks < MAX_RECHECKS:
+                    rechecks += 1
+                    detail = self._detail_of(job.job_id)
+                if detail is not None:
+                    details[job.job_id] = detail
                 else:
-                    self.log(f"job {job.job_id}: no GPU detail: not in scontrol show job -d")
+                    self.log(f"job {job.job_id}: no GPU detail in scontrol show job -d")
         pages = self._fetch_all(running, details)
         at_ms = time.time_ns() // 1_000_000
         holders: dict[str, list[str]] = {}
@@ -387,6 +392,14 @@ class Sampler:
 
     def _url(self, template: str, node: str) -> str:
         return template.replace("{node}", urllib.parse.quote(node, safe=""))
+
+    def _detail_of(self, job_id: int) -> JobDetail | None:
+        try:
+            out = run_slurm(["scontrol", "show", "job", "-d", str(job_id)], self.env)
+            return parse_job_detail(out)
+        except (SlurmCommandFailed, InvalidInput) as exc:
+            self.log(f"job {job_id}: no GPU detail: {exc}")
+            return None
 
     def _fetch_all(
         self, running: list[SlurmJob], details: Mapping[int, JobDetail]
