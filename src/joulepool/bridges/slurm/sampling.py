@@ -380,7 +380,7 @@ class Sampler:
             if track is None:
                 track = Track(job.note.claim)
                 self.tracks[job.job_id] = track
-                base_ms = self._baseline(job, detail, counters, track)
+                base_ms = self._baseline(job, detail, counters, track, at_ms)
                 if not self._post(job, detail, track, base_ms, 0, "HwShunt"):
                     track.offset_uj = self._held_uj(track.claim)
             energy = self._energy(job, counters, track, holders)
@@ -475,10 +475,12 @@ class Sampler:
         return out or None
 
     def _baseline(
-        self, job: SlurmJob, detail: JobDetail, counters: dict[str, int], track: Track
+        self, job: SlurmJob, detail: JobDetail, counters: dict[str, int], track: Track, at_ms: int
     ) -> int:
-        """Set the job's baselines: the Prolog's start readings where readable, else now."""
-        base_ms = time.time_ns() // 1_000_000
+        """Set the job's baselines: the Prolog's start readings where readable, else the
+        counters as read at `at_ms` (not later: the pass's own reading is stamped `at_ms`,
+        and the service refuses a reading older than the last)."""
+        base_ms = at_ms
         started: dict[str, int] = {}
         for node in detail.gpus:
             path = None if self.state_dir is None else self.state_dir / f"{job.job_id}.{node}.json"
