@@ -203,6 +203,12 @@ def test_design_s7_a_pass_asks_slurm_once_reads_each_exporter_once_and_waits_out
     assert sent == (NODES - 1) * GPUS
     read = {str(r["job"]["id"]) for r in servers.readings}  # type: ignore[index]
     assert read == {str(i + 1) for i in range(NODES * GPUS) if i // GPUS != 7}
+    # A new job's start reading and its first figure: the start is never stamped later
+    # than the figure (the service refuses a reading older than the last).
+    stamps: dict[str, list[int]] = {}
+    for r in servers.readings:
+        stamps.setdefault(str(r["job"]["id"]), []).append(int(r["at_ms"]))  # type: ignore[index, call-overload]
+    assert all(len(s) == 2 and s[0] <= s[1] for s in stamps.values()), stamps
     assert any(SLOW in line and "no page" in line for line in lines), lines
     # The slow page costs the pass its timeout (1 s, and the second's grace), not 30 s.
     assert took < 4.0, took
