@@ -443,12 +443,6 @@ class Sampler:
             self.log(f"exporter {url}: {type(exc).__name__}: {exc}")
             return None
 
-    def _page(
-        self, url: str, pages: dict[str, dict[str, int] | None], dcgm: bool
-    ) -> dict[str, int] | None:
-        del dcgm  # every page was read up front by `_fetch_all`
-        return pages.get(url)
-
     def _counters(
         self, job: SlurmJob, detail: JobDetail, pages: dict[str, dict[str, int] | None]
     ) -> dict[str, int] | None:
@@ -460,7 +454,7 @@ class Sampler:
                 continue
             if self.dcgm_url is None:
                 return None
-            page = self._page(self._url(self.dcgm_url, node), pages, True)
+            page = pages.get(self._url(self.dcgm_url, node))
             if page is None:
                 return None
             for i in indices:
@@ -468,7 +462,7 @@ class Sampler:
                     return None
                 out[f"{node}:gpu{i}"] = page[f"gpu{i}"]
             if job.exclusive and self.node_exporter_url is not None:
-                rapl = self._page(self._url(self.node_exporter_url, node), pages, False)
+                rapl = pages.get(self._url(self.node_exporter_url, node))
                 if rapl is None:
                     return None
                 out.update({f"{node}:{k}": v for k, v in rapl.items()})
