@@ -10,7 +10,10 @@ job, the energy its GPUs used since its start readings:
   printed from a float64; labels `index`, `path`), at `node_exporter_url`, counted only for a
   job that holds its nodes whole (`--exclusive`), as the epilog counts them.
 
-Which GPUs a job holds on which node comes from `scontrol show job -d` (`GRES=gpu:N(IDX:..)`).
+Which GPUs a job holds on which node comes from `scontrol show job -d` (`GRES=gpu:N(IDX:..)`),
+run once a pass for all jobs (one process, not one a job: a pass over 1,000 jobs stays one
+controller query). Each exporter page a pass needs is read once, by at most `MAX_FETCHERS`
+threads at a time, each within `SCRAPE_TIMEOUT_S`: one slow node costs the pass its timeout.
 A GPU held by one job keeps the meter's grade (HwShunt); one listed for several jobs (shards,
 MPS) is divided by `attribute()` and comes out ModelBased; a job with no counter read has no
 figure and is sent nothing (the service then reports it unknown, never 0).
@@ -35,6 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from pathlib import Path
@@ -51,6 +55,16 @@ RAPL_FAMILIES = ("node_rapl_package_joules_total", "node_rapl_dram_joules_total"
 SCRAPE_TIMEOUT_S = 5.0
 MAX_EXPOSITION_BYTES = 8 * 1024 * 1024
 """An exporter's page larger than this is refused: a node has tens of GPUs, not millions."""
+MAX_FETCHERS = 16
+"""Exporter pages read at once: enough that 100 nodes take a few round trips, few enough
+that the agent beside slurmctld never holds hundreds of sockets."""
+MAX_DETAIL_BYTES = 64 * 1024 * 1024
+"""`scontrol show job -d` for every job larger than this is refused (some 100,000 jobs)."""
+MAX_JOBS = 200_000
+"""The most jobs one `scontrol show job -d` may list: past Slurm's default MaxJobCount."""
+MAX_RECHECKS = 32
+"""Jobs a pass asks about one by one when the all-jobs text lists them twice: a bound on the
+processes a hostile job name can cost (beyond it such a job has no reading this pass)."""
 MAX_TEXT = 256
 MAX_GPUS = 65_536
 """The most GPUs one job's detail may list: a bound on a hostile range like IDX:0-999999999."""
@@ -239,6 +253,30 @@ def parse_job_detail(text: str) -> JobDetail:
     return JobDetail(gpus, name)
 
 
+_JOB_START = re.compile(r"^JobId=(\d{1,10}) ", re.M)
+
+
+def parse_jobs_detail(text: str) -> dict[int, JobDetail | None]:
+    """Every job's GPU indices per node and name (DESIGN.md §7), by job id, from one
+    `scontrol show job -d` of all jobs: each `JobId=` block read as `parse_job_detail` reads
+    one job. Over `MAX_DETAIL_BYTES` or `MAX_JOBS`, or a block that does not parse, is
+    `InvalidInput`. An id listed twice maps to None: Slurm lists each job (array task, het
+    component) once under its own id, so the other block is text a job's owner wrote into
+    a field (a job name may hold a newline), and only that job's own query can say which."""
+    if len(text) > MAX_DETAIL_BYTES:
+        raise InvalidInput("scontrol show job -d", f"over {MAX_DETAIL_BYTES} bytes")
+    starts = list(_JOB_START.finditer(text))
+    if len(starts) > MAX_JOBS:
+        raise InvalidInput("scontrol show job -d", f"more than {MAX_JOBS} jobs")
+    out: dict[int, JobDetail | None] = {}
+    for k, m in enumerate(starts):
+        end = starts[k + 1].start() if k + 1 < len(starts) else len(text)
+        job_id = int(m.group(1))
+        detail = parse_job_detail(text[m.start() : end])
+        out[job_id] = None if job_id in out else detail
+    return out
+
+
 @dataclass(slots=True)
 class Counter:
     """One counter of one job since its baseline, across resets (never decreasing)."""
@@ -282,6 +320,8 @@ class Sampler:
     log: Callable[[str], None] = print
     tracks: dict[int, Track] = field(default_factory=dict)
     last_at: float = 0.0
+    scrape_timeout_s: float = SCRAPE_TIMEOUT_S
+    max_fetchers: int = MAX_FETCHERS
 
     def due(self, now: float) -> bool:
         """Whether a sample is due (`sample_every_s` since the last; 0 never samples)."""
@@ -301,13 +341,23 @@ class Sampler:
         for gone in set(self.tracks) - {j.job_id for j in running}:
             del self.tracks[gone]
         details: dict[int, JobDetail] = {}
-        for job in running:
+        if running:
             try:
-                out = run_slurm(["scontrol", "show", "job", "-d", str(job.job_id)], self.env)
-                details[job.job_id] = parse_job_detail(out)
+                every = parse_jobs_detail(run_slurm(["scontrol", "show", "job", "-d"], self.env))
             except (SlurmCommandFailed, InvalidInput) as exc:
-                self.log(f"job {job.job_id}: no GPU detail: {exc}")
-        pages: dict[str, dict[str, int] | None] = {}
+                self.log(f"no GPU detail this pass: {exc}")
+                every = {}
+            rechecks = 0
+            for job in running:
+                detail = every.get(job.job_id)
+                if detail is None and job.job_id in every and rechecks < MAX_RECHECKS:
+                    rechecks += 1
+                    detail = self._detail_of(job.job_id)
+                if detail is not None:
+                    details[job.job_id] = detail
+                else:
+                    self.log(f"job {job.job_id}: no GPU detail in scontrol show job -d")
+        pages = self._fetch_all(running, details)
         at_ms = time.time_ns() // 1_000_000
         holders: dict[str, list[str]] = {}
         for job in running:
@@ -330,7 +380,7 @@ class Sampler:
             if track is None:
                 track = Track(job.note.claim)
                 self.tracks[job.job_id] = track
-                base_ms = self._baseline(job, detail, counters, track)
+                base_ms = self._baseline(job, detail, counters, track, at_ms)
                 if not self._post(job, detail, track, base_ms, 0, "HwShunt"):
                     track.offset_uj = self._held_uj(track.claim)
             energy = self._energy(job, counters, track, holders)
@@ -343,20 +393,55 @@ class Sampler:
     def _url(self, template: str, node: str) -> str:
         return template.replace("{node}", urllib.parse.quote(node, safe=""))
 
-    def _page(
-        self, url: str, pages: dict[str, dict[str, int] | None], dcgm: bool
-    ) -> dict[str, int] | None:
-        if url not in pages:
-            try:
-                text = fetch_text(url)
-                if dcgm:
-                    pages[url] = {f"gpu{k}": v for k, v in dcgm_counters(text, url).items()}
-                else:
-                    pages[url] = rapl_counters(text, url)
-            except (OSError, UnicodeDecodeError, PoolError, ValueError, ArithmeticError) as exc:
-                self.log(f"exporter {url}: {type(exc).__name__}: {exc}")
-                pages[url] = None
-        return pages[url]
+    def _detail_of(self, job_id: int) -> JobDetail | None:
+        try:
+            out = run_slurm(["scontrol", "show", "job", "-d", str(job_id)], self.env)
+            return parse_job_detail(out)
+        except (SlurmCommandFailed, InvalidInput) as exc:
+            self.log(f"job {job_id}: no GPU detail: {exc}")
+            return None
+
+    def _fetch_all(
+        self, running: list[SlurmJob], details: Mapping[int, JobDetail]
+    ) -> dict[str, dict[str, int] | None]:
+        """Every exporter page this pass needs, each read once, `max_fetchers` at a time; a
+        page not read within `scrape_timeout_s` (plus a second's grace) is None."""
+        wanted: dict[str, bool] = {}
+        for job in running:
+            detail = details.get(job.job_id)
+            for node, indices in (detail.gpus if detail else {}).items():
+                if not indices:
+                    continue
+                if self.dcgm_url is not None:
+                    wanted[self._url(self.dcgm_url, node)] = True
+                if job.exclusive and self.node_exporter_url is not None:
+                    wanted[self._url(self.node_exporter_url, node)] = False
+        pages: dict[str, dict[str, int] | None] = dict.fromkeys(wanted)
+        if not wanted:
+            return pages
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.max_fetchers, len(wanted))))
+        try:
+            futures = {pool.submit(self._read, url, dcgm): url for url, dcgm in wanted.items()}
+            # urllib's timeout bounds each socket wait, not a page that trickles in: the
+            # deadline here bounds the pass, and a straggler's page is simply not used.
+            done, late = wait(futures, timeout=self.scrape_timeout_s + 1.0)
+            for future in done:
+                pages[futures[future]] = future.result()
+            for future in late:
+                self.log(f"exporter {futures[future]}: no page in {self.scrape_timeout_s} s")
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return pages
+
+    def _read(self, url: str, dcgm: bool) -> dict[str, int] | None:
+        try:
+            text = fetch_text(url, self.scrape_timeout_s)
+            if dcgm:
+                return {f"gpu{k}": v for k, v in dcgm_counters(text, url).items()}
+            return rapl_counters(text, url)
+        except (OSError, UnicodeDecodeError, PoolError, ValueError, ArithmeticError) as exc:
+            self.log(f"exporter {url}: {type(exc).__name__}: {exc}")
+            return None
 
     def _counters(
         self, job: SlurmJob, detail: JobDetail, pages: dict[str, dict[str, int] | None]
@@ -369,7 +454,7 @@ class Sampler:
                 continue
             if self.dcgm_url is None:
                 return None
-            page = self._page(self._url(self.dcgm_url, node), pages, True)
+            page = pages.get(self._url(self.dcgm_url, node))
             if page is None:
                 return None
             for i in indices:
@@ -377,17 +462,19 @@ class Sampler:
                     return None
                 out[f"{node}:gpu{i}"] = page[f"gpu{i}"]
             if job.exclusive and self.node_exporter_url is not None:
-                rapl = self._page(self._url(self.node_exporter_url, node), pages, False)
+                rapl = pages.get(self._url(self.node_exporter_url, node))
                 if rapl is None:
                     return None
                 out.update({f"{node}:{k}": v for k, v in rapl.items()})
         return out or None
 
     def _baseline(
-        self, job: SlurmJob, detail: JobDetail, counters: dict[str, int], track: Track
+        self, job: SlurmJob, detail: JobDetail, counters: dict[str, int], track: Track, at_ms: int
     ) -> int:
-        """Set the job's baselines: the Prolog's start readings where readable, else now."""
-        base_ms = time.time_ns() // 1_000_000
+        """Set the job's baselines: the Prolog's start readings where readable, else the
+        counters as read at `at_ms` (not later: the pass's own reading is stamped `at_ms`,
+        and the service refuses a reading older than the last)."""
+        base_ms = at_ms
         started: dict[str, int] = {}
         for node in detail.gpus:
             path = None if self.state_dir is None else self.state_dir / f"{job.job_id}.{node}.json"
