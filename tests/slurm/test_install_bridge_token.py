@@ -10,7 +10,6 @@ import json
 import os
 import pwd
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,26 +17,11 @@ import pytest
 from joulepool.deployment.config import CONFIG, TOKENS, read_config
 from joulepool.deployment.init import init_deployment
 from joulepool.service.tokens import read_tokens
+from tests.support.servers import pool_cli
 
 
 def pool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "joulepool", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-@pytest.fixture
-def slurm_user() -> str:
-    try:
-        pwd.getpwnam("slurm")
-    except KeyError:
-        pytest.skip("no 'slurm' user: apt-get install slurm-wlm")
-    return "slurm"
+    return pool_cli(*args, timeout_s=60)
 
 
 def install(etc: Path, folder: Path, user: str, *maps: str) -> subprocess.CompletedProcess[str]:

@@ -4,34 +4,15 @@ without Slurm, through the command line, typed errors and never a traceback."""
 
 from __future__ import annotations
 
-import pwd
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
 from joulepool.bridges.slurm.install import shipped_module
+from tests.support.servers import pool_cli
 
 
 def pool(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "joulepool", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-
-
-@pytest.fixture
-def slurm_user() -> str:
-    try:
-        pwd.getpwnam("slurm")
-    except KeyError:
-        pytest.skip("no 'slurm' user: apt-get install slurm-wlm")
-    return "slurm"
+    return pool_cli(*args, stdin=stdin, timeout_s=120)
 
 
 def install(etc: Path, user: str, *extra: str) -> subprocess.CompletedProcess[str]:

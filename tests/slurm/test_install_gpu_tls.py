@@ -5,34 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from joulepool.bridges.slurm.config import BridgeConfigError, read_bridge_config
+from tests.support.servers import pool_cli
 
 
 def pool(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "joulepool", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-
-
-@pytest.fixture
-def slurm_user() -> str:
-    try:
-        pwd.getpwnam("slurm")
-    except KeyError:
-        pytest.skip("no 'slurm' user: apt-get install slurm-wlm")
-    return "slurm"
+    return pool_cli(*args, stdin=stdin, timeout_s=60)
 
 
 def test_api_install_config_writes_the_gpu_prolog_epilog_and_tls_settings(

@@ -70,15 +70,18 @@ class Serve:
         return self.log.read_text(errors="replace")
 
 
-def pool_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """The `pool` command line, as an operator runs it: a real process, no standard input."""
+def pool_cli(
+    *args: str, stdin: str | None = None, timeout_s: int = 120
+) -> subprocess.CompletedProcess[str]:
+    """The `pool` command line, as an operator runs it: a real process, fed `stdin` (none
+    unless given)."""
     return subprocess.run(
         [sys.executable, "-m", "joulepool", *args],
         capture_output=True,
         text=True,
         check=False,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
+        **({"stdin": subprocess.DEVNULL} if stdin is None else {"input": stdin}),
+        timeout=timeout_s,
     )
 
 
