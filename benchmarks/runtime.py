@@ -39,7 +39,7 @@ from joulepool.bridges.slurm import sampling
 from joulepool.bridges.slurm.agent import Agent
 from joulepool.bridges.slurm.config import BridgeConfig
 from joulepool.bridges.slurm.jobs import PoolClient, SlurmJob, parse_scontrol_jobs
-from serve import _response_head, big_tree
+from serve import big_tree, load
 
 NODES = 100
 GPUS_PER_NODE = 10
@@ -194,40 +194,9 @@ def agent_pass(folder: Path, deployment: Deployment, url: str) -> dict[str, Any]
     }
 
 
-async def load(url: str, token: str, prefix: str, seconds: float) -> float:
-    """CLIENTS keep-alive clients admitting claims for `seconds`; the p99 latency in ms."""
-    host, _, port = url.removeprefix("http://").partition(":")
-    latencies: list[float] = []
-    stop = time.perf_counter() + seconds
-
-    async def client(n: int) -> None:
-        reader, writer = await asyncio.open_connection(host, int(port))
-        head = (
-            f"POST /v1/claims HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer {token}\r\n"
-            "content-type: application/json\r\ncontent-length: "
-        ).encode()
-        i = 0
-        while time.perf_counter() < stop:
-            body = json.dumps(
-                {
-                    "id": f"{prefix}{n}-{i}",
-                    "entitlement": f"team-{n % 8}",
-                    "gang_size": 1,
-                    "devices_per_member": 1,
-                    "estimate": {"uj": 1000, "grade": "HwShunt"},
-                }
-            ).encode()
-            t = time.perf_counter()
-            writer.write(head + str(len(body)).encode() + b"\r\n\r\n" + body)
-            _status, length = _response_head(await reader.readuntil(b"\r\n\r\n"))
-            await reader.readexactly(length)
-            latencies.append(time.perf_counter() - t)
-            i += 1
-        writer.close()
-
-    await asyncio.gather(*(client(n) for n in range(CLIENTS)))
-    latencies.sort()
-    return latencies[int(len(latencies) * 0.99) - 1] * 1000
+def p99_ms(url: str, token: str, prefix: str) -> float:
+    """CLIENTS keep-alive clients admitting claims for SECONDS (`serve.load`): the p99 in ms."""
+    return float(asyncio.run(load(url, token, SECONDS, prefix, CLIENTS))["p99_ms"])
 
 
 def post_readings(url: str, token: str, count: int, seconds: float) -> None:
@@ -276,9 +245,7 @@ def main() -> None:
             quiet_rounds, busy_rounds = [], []
             # Rounds alternate, so both see the same machine (it is shared here).
             for r in range(ROUNDS):
-                quiet_rounds.append(
-                    asyncio.run(load(serve.url, deployment.operator, f"q{r}-", SECONDS))
-                )
+                quiet_rounds.append(p99_ms(serve.url, deployment.operator, f"q{r}-"))
                 poster = subprocess.Popen(
                     [
                         sys.executable,
@@ -291,9 +258,7 @@ def main() -> None:
                     ]
                 )
                 time.sleep(1.0)
-                busy_rounds.append(
-                    asyncio.run(load(serve.url, deployment.operator, f"w{r}-", SECONDS))
-                )
+                busy_rounds.append(p99_ms(serve.url, deployment.operator, f"w{r}-"))
                 poster.wait(timeout=60)
             quiet, busy = statistics.median(quiet_rounds), statistics.median(busy_rounds)
         finally:

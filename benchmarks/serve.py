@@ -62,8 +62,11 @@ def big_tree(folder: Path) -> None:
     (folder / "pool.toml").write_text(text)
 
 
-async def load(url: str, token: str, seconds: float) -> dict[str, Any]:
-    """CLIENTS keep-alive connections, each sending its next claim as soon as it is answered.
+async def load(
+    url: str, token: str, seconds: float, prefix: str = "b", clients: int = CLIENTS
+) -> dict[str, Any]:
+    """`clients` keep-alive connections, each sending its next claim (ids `<prefix><n>-<i>`)
+    as soon as it is answered.
 
     The requests are written by hand over asyncio streams: an HTTP client library in
     Python costs more CPU per request than the server, and on two cores it would measure
@@ -86,7 +89,7 @@ async def load(url: str, token: str, seconds: float) -> dict[str, Any]:
             while time.perf_counter() < stop:
                 body = json.dumps(
                     {
-                        "id": f"b{n}-{i}",
+                        "id": f"{prefix}{n}-{i}",
                         "entitlement": f"team-{n % 8}",
                         "gang_size": 1,
                         "devices_per_member": 1,
@@ -105,7 +108,7 @@ async def load(url: str, token: str, seconds: float) -> dict[str, Any]:
             writer.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(client(n) for n in range(CLIENTS)))
+    await asyncio.gather(*(client(n) for n in range(clients)))
     elapsed = time.perf_counter() - started
     latencies.sort()
     return {
