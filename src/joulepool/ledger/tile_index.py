@@ -19,21 +19,20 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from joulepool.ledger.merkle import HASH_SIZE, MerkleRefused, leaf_hash, node_hash
-from joulepool.ledger.tiles import TILE_HEIGHT, TILE_WIDTH, build_entry_bundle, tile_width
+from joulepool.ledger.merkle import HASH_SIZE, MerkleRefused, leaf_hash
+from joulepool.ledger.tiles import (
+    TILE_HEIGHT,
+    TILE_WIDTH,
+    build_entry_bundle,
+    fold,
+    subtree_in_tile,
+    tile_width,
+)
 
 Read = Callable[[int, int], list[bytes]]
 """`read(start, count)`: the ledger's entries [start, start + count), as stored."""
 
 _CACHED_TILES = 16
-
-
-def _fold(hashes: list[bytes]) -> bytes:
-    """The root over a power-of-two run of equal complete subtrees (RFC 9162 §2.1.1)."""
-    level = hashes
-    while len(level) > 1:
-        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-    return level[0]
 
 
 class TileIndex:
@@ -70,7 +69,7 @@ class TileIndex:
         self._edge.append(leaf)
         self._size += 1
         if len(self._edge) == TILE_WIDTH:
-            self._push(0, _fold(self._edge))
+            self._push(0, fold(self._edge))
             self._edge = []
 
     def _push(self, k: int, root: bytes) -> None:
@@ -83,7 +82,7 @@ class TileIndex:
             last = level[(count - TILE_WIDTH) * HASH_SIZE :]
             self._push(
                 k + 1,
-                _fold([bytes(last[i : i + HASH_SIZE]) for i in range(0, len(last), HASH_SIZE)]),
+                fold([bytes(last[i : i + HASH_SIZE]) for i in range(0, len(last), HASH_SIZE)]),
             )
 
     def _leaf_tile(self, index: int) -> list[bytes]:
@@ -141,13 +140,7 @@ class TileIndex:
     def __call__(self, start: int, end: int) -> bytes:
         """The hash of the complete subtree [start, end) (RFC 9162 §2.1.1), from at most one
         tile's hashes."""
-        width = end - start
-        if width <= 0 or width & (width - 1) or start % width or end > self._size:
-            raise MerkleRefused("range", f"[{start}, {end}) is not a complete subtree here")
-        height = width.bit_length() - 1
-        level, rest = divmod(height, TILE_HEIGHT)
-        first = start >> (TILE_HEIGHT * level)
-        index, at = divmod(first, TILE_WIDTH)
+        level, index, at, count = subtree_in_tile(start, end, self._size)
         with self._lock:
-            hashes = self._hashes(level, index, at + (1 << rest))
-        return _fold(hashes[at:])
+            hashes = self._hashes(level, index, at + count)
+        return fold(hashes[at:])

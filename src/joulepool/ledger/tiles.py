@@ -204,12 +204,26 @@ def parse_hash_tile(data: bytes, width: int = TILE_WIDTH) -> list[bytes]:
     return [bytes(data[i : i + HASH_SIZE]) for i in range(0, len(data), HASH_SIZE)]
 
 
-def _fold(hashes: list[bytes]) -> bytes:
+def fold(hashes: list[bytes]) -> bytes:
     """The root over a power-of-two run of equal complete subtrees (RFC 9162 §2.1.1)."""
     level = hashes
     while len(level) > 1:
         level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
     return level[0]
+
+
+def subtree_in_tile(start: int, end: int, size: int) -> tuple[int, int, int, int]:
+    """Where the complete subtree [start, end) of a tree of `size` leaves lies in the tiles
+    (c2sp.org/tlog-tiles, RFC 9162 §2.1.1): (level, tile index, its first hash there, how
+    many hashes fold to it), since a subtree between tile levels is a power-of-two run of one
+    tile's hashes. `MerkleRefused` for a range that is no complete subtree of the tree."""
+    width = end - start
+    if width <= 0 or width & (width - 1) or start % width or end > size:
+        raise MerkleRefused("range", f"[{start}, {end}) is not a complete subtree here")
+    height = width.bit_length() - 1
+    level, rest = divmod(height, TILE_HEIGHT)
+    index, at = divmod(start >> (TILE_HEIGHT * level), TILE_WIDTH)
+    return level, index, at, 1 << rest
 
 
 def build_tiles(leaves: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
@@ -238,7 +252,7 @@ def build_tiles(leaves: Iterable[bytes]) -> Iterator[tuple[str, bytes]]:
             if level + 1 == len(pending):
                 pending.append([])
                 full.append(0)
-            pending[level + 1].append(_fold(hashes))
+            pending[level + 1].append(fold(hashes))
             level += 1
     if bundle:
         yield (
@@ -296,16 +310,8 @@ class TileReader:
 
     def subtree(self, start: int, end: int) -> bytes:
         """The hash of the complete subtree [start, end), from one tile (RFC 9162 §2.1.1)."""
-        width = end - start
-        if width <= 0 or width & (width - 1) or start % width or end > self.size:
-            raise MerkleRefused("range", f"[{start}, {end}) is not a complete subtree here")
-        height = width.bit_length() - 1
-        level, rest = divmod(height, TILE_HEIGHT)
-        first = start >> (TILE_HEIGHT * level)
-        tile = self._read(level, first >> TILE_HEIGHT)
-        at = first % TILE_WIDTH
-        # A subtree between tile levels is a power-of-two run of one tile's entries.
-        return _fold(tile[at : at + (1 << rest)])
+        level, index, at, count = subtree_in_tile(start, end, self.size)
+        return fold(self._read(level, index)[at : at + count])
 
     def _check_size(self, field: str, size: int) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= self.size:
