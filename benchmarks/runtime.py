@@ -13,6 +13,13 @@
 - `p99_ratio_with_readings`: admission p99 (CLIENTS keep-alive clients) while 10,000 running
   claims report a reading each every 30 s (a separate process posting 333 readings/s),
   over the same without readings, the median of ROUNDS alternating rounds each. Goal ≤ 1.1.
+- `due_s_10k`: the time to compute every due act (`views.actions.due_items`, the code `GET
+  /v1/actions/due` runs: the reservation as a limit, §2.7 idle acts and §5.2 victims) over
+  10,000 running claims in a `Pool` (every claim with a fresh reading over a whole idle
+  window and reported progress; 100 of them waiting for resources, in 10 partitions, over
+  8 entitlements of 4 priorities), the median of DUE_ROUNDS; `due_ratio_to_limit_only` sets
+  it beside the same pass under the reservation limit alone. Goal < 50 ms. `--due-only`
+  runs this part alone.
 """
 
 from __future__ import annotations
@@ -216,11 +223,115 @@ def post_readings(url: str, token: str, count: int, seconds: float) -> None:
                 time.sleep(wait)
 
 
+DUE_CLAIMS = 10_000
+DUE_WAITING = 100
+DUE_ROUNDS = int(os.environ.get("BENCH_DUE_ROUNDS", "7"))
+RECLAIM = """
+[idle]
+window_us = 60000000
+threshold_uw = 50000000
+action = "requeue"
+notice_s = 300
+
+[preemption]
+action = "requeue"
+after_s = 60
+notice_s = 300
+"""
+
+
+def due_timing() -> dict[str, Any]:
+    """`due_s_10k` (module docstring): `due_items` over DUE_CLAIMS running claims."""
+    from joulepool.claim import Claim
+    from joulepool.deployment.config import read_config
+    from joulepool.deployment.open import open_pool
+    from joulepool.grade import Energy, Grade
+    from joulepool.live import Job, Progress, Reading, WaitReport
+    from joulepool.reclaim import DEFAULT_IDLE_ACTS, DEFAULT_PREEMPTION
+    from joulepool.views.actions import NoBook, Policies, due_items
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "d"
+        Deployment.create(folder, tenants=())
+        big_tree(folder)
+        text = (folder / "pool.toml").read_text()
+        # Four priorities over the eight teams, so preemption has candidates to order.
+        text = text.replace("over_quota_weight = 1\n", "over_quota_weight = 1\npriority = P\n")
+        for i in range(8):
+            text = text.replace("priority = P\n", f"priority = {i % 4}\n", 1)
+        (folder / "pool.toml").write_text(text + RUNTIME + RECLAIM)
+        pool = open_pool(folder)
+        try:
+            ids = [f"c-{i}" for i in range(DUE_CLAIMS)]
+            claims = [
+                Claim.from_json(
+                    {
+                        "id": c,
+                        "entitlement": f"team-{i % 8}",
+                        "gang_size": 1,
+                        "devices_per_member": 1 + i % 4,
+                        "estimate": {"uj": reserved_uj(i), "grade": "HwShunt"},
+                    }
+                )
+                for i, c in enumerate(ids)
+            ]
+            for start in range(0, len(claims), 500):
+                pool.apply(claims[start : start + 500])
+            now = pool.now_ms()
+            for i, c in enumerate(ids):
+                part = f"p{i % 10}"
+                if i < DUE_WAITING:
+                    pool.record_waiting(
+                        c, WaitReport(now, now - 600_000, part, 1 + i % 4), Job(str(i))
+                    )
+                    continue
+                watts = 10 if i % 5 == 0 else 300  # one in five idles
+                for k, at in enumerate((now - 60_000, now - 30_000, now)):
+                    energy = Energy(watts * 10**6 * 30 * k, Grade.HwShunt)
+                    pool.record_reading(c, Reading(at, energy), Job(str(i), partition=part))
+                if i % 3:
+                    pool.record_progress(c, Progress(1 + i % 97, "steps", None, now))
+            config = read_config(folder / "pool.toml")
+            full = Policies(
+                config.runtime_policy, config.idle_acts_policy, config.preemption_policy
+            )
+            only_limit = Policies(full.runtime, DEFAULT_IDLE_ACTS, DEFAULT_PREEMPTION)
+            rounds: list[float] = []
+            limit_rounds: list[float] = []
+            kinds: dict[str, int] = {}
+            for _ in range(DUE_ROUNDS):
+                t = time.perf_counter()
+                items = due_items(pool, full, NoBook(), now)
+                rounds.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                due_items(pool, only_limit, NoBook(), now)
+                limit_rounds.append(time.perf_counter() - t)
+            for item in items:
+                key = f"{item.rule}:{item.due.kind}"
+                kinds[key] = kinds.get(key, 0) + 1
+        finally:
+            pool.close()
+    due, limit_only = statistics.median(rounds), statistics.median(limit_rounds)
+    return {
+        "due_claims": DUE_CLAIMS,
+        "due_waiting": DUE_WAITING,
+        "due_s_10k": round(due, 4),
+        "due_s_10k_rounds": [round(r, 4) for r in rounds],
+        "due_s_10k_limit_only": round(limit_only, 4),
+        "due_ratio_to_limit_only": round(due / limit_only, 3),
+        "due_items_by_rule": kinds,
+    }
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--readings"]:
         post_readings(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
         return
+    if sys.argv[1:2] == ["--due-only"]:
+        print(json.dumps(due_timing()))
+        return
     result: dict[str, Any] = {"nodes": NODES, "jobs": JOBS, "clients": CLIENTS}
+    result.update(due_timing())
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "d"
         deployment = Deployment.create(folder, tenants=())

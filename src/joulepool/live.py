@@ -18,8 +18,10 @@ more than `MAX_SAMPLES`.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from joulepool.checks import check_figure, check_keys, check_text
 from joulepool.errors import ClaimError, InvalidInput
@@ -53,6 +55,10 @@ NO_READING = "no_reading"
 STALE = "stale"
 """Why there is no §2.7 verdict when the last reading is older than twice the sample period."""
 
+PROGRESS = "progress"
+"""Why a claim whose power is under the threshold is working: its reported units went up
+within the idle window. Completed units are work, whatever the draw (§2.7, §5.1)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Reading:
@@ -70,10 +76,20 @@ class Job:
     id: str
     user: str | None = None
     name: str | None = None
+    partition: str | None = None
+    """The partition it runs or waits in: preemption and contention look only within one."""
+    requeue: bool = True
+    """Whether the workload manager may requeue it (Slurm's Requeue=1)."""
 
     def to_json(self) -> dict[str, object]:
-        """`{"id", "user", "name"}`, absent parts null."""
-        return {"id": self.id, "user": self.user, "name": self.name}
+        """`{"id", "user", "name", "partition", "requeue"}`, absent parts null."""
+        return {
+            "id": self.id,
+            "user": self.user,
+            "name": self.name,
+            "partition": self.partition,
+            "requeue": self.requeue,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +102,34 @@ class Progress:
     at_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class WaitReport:
+    """An admitted claim whose job the workload manager has not started for want of
+    resources (DESIGN.md §7): where it waits, for how many GPUs, and since when."""
+
+    at_ms: int
+    since_ms: int
+    partition: str
+    gpus: int
+    every_ms: int = DEFAULT_SAMPLE_PERIOD_MS
+
+    def fresh(self, now_ms: int) -> bool:
+        """A report older than twice its sender's period says nothing (like a reading)."""
+        return now_ms - self.at_ms <= 2 * self.every_ms
+
+
 @dataclass(slots=True)
 class ClaimLive:
-    """One running claim's soft state: the window's samples, its progress, its job."""
+    """One running claim's soft state: the window's samples, its progress, its job, and
+    whether it waits for resources."""
 
     samples: deque[Reading] = field(default_factory=deque)
     progress: Progress | None = None
     job: Job | None = None
     every_ms: int = DEFAULT_SAMPLE_PERIOD_MS
+    advanced_at_ms: int | None = None
+    """When its reported units last went up: a workload completing units is working (§2.7)."""
+    waiting: WaitReport | None = None
 
     @property
     def latest(self) -> Reading | None:
@@ -117,20 +153,54 @@ def parse_reading(body: object, where: str = "body") -> tuple[Reading, Job | Non
     energy = Energy.from_json(obj["energy"], f"{where}.energy")
     job = None
     if "job" in obj:
-        j = check_keys(obj["job"], f"{where}.job", ("id",), ("user", "name"))
-        job = Job(
-            _text(j["id"], f"{where}.job.id"),
-            _text(j["user"], f"{where}.job.user") if "user" in j else None,
-            _text(j["name"], f"{where}.job.name") if "name" in j else None,
+        job = parse_job(obj["job"], f"{where}.job")
+    return Reading(at_ms, energy, _every(obj, where)), job
+
+
+def _every(obj: Mapping[str, Any], where: str) -> int:
+    if "every_ms" not in obj:
+        return DEFAULT_SAMPLE_PERIOD_MS
+    every = check_figure(obj["every_ms"], f"{where}.every_ms")
+    if not MIN_PERIOD_MS <= every <= MAX_PERIOD_MS:
+        raise InvalidInput(
+            f"{where}.every_ms", f"must be between {MIN_PERIOD_MS} and {MAX_PERIOD_MS} ms"
         )
-    every = DEFAULT_SAMPLE_PERIOD_MS
-    if "every_ms" in obj:
-        every = check_figure(obj["every_ms"], f"{where}.every_ms")
-        if not MIN_PERIOD_MS <= every <= MAX_PERIOD_MS:
-            raise InvalidInput(
-                f"{where}.every_ms", f"must be between {MIN_PERIOD_MS} and {MAX_PERIOD_MS} ms"
-            )
-    return Reading(at_ms, energy, every), job
+    return every
+
+
+def parse_job(value: object, where: str) -> Job:
+    """`{"id", "user"?, "name"?, "partition"?, "requeue"?}`: whose job, where it runs, and
+    whether it may be requeued (absent: it may) (DESIGN.md §7)."""
+    j = check_keys(value, where, ("id",), ("user", "name", "partition", "requeue"))
+    requeue = j.get("requeue", True)
+    if not isinstance(requeue, bool):
+        raise InvalidInput(f"{where}.requeue", "must be true or false")
+    return Job(
+        _text(j["id"], f"{where}.id"),
+        _text(j["user"], f"{where}.user") if "user" in j else None,
+        _text(j["name"], f"{where}.name") if "name" in j else None,
+        _text(j["partition"], f"{where}.partition") if "partition" in j else None,
+        requeue,
+    )
+
+
+def parse_waiting(body: object, where: str = "body") -> tuple[WaitReport, Job | None]:
+    """A waiting report as API.md's `POST /v1/claims/{id}/waiting` takes it (DESIGN.md §7):
+    `{"at_ms", "since_ms", "partition", "gpus", "every_ms"?, "job"?}`."""
+    obj = check_keys(body, where, ("at_ms", "since_ms", "partition", "gpus"), ("every_ms", "job"))
+    at_ms = check_figure(obj["at_ms"], f"{where}.at_ms")
+    since_ms = check_figure(obj["since_ms"], f"{where}.since_ms")
+    if since_ms > at_ms:
+        raise InvalidInput(f"{where}.since_ms", "must not be after at_ms")
+    waiting = WaitReport(
+        at_ms,
+        since_ms,
+        _text(obj["partition"], f"{where}.partition"),
+        check_figure(obj["gpus"], f"{where}.gpus"),
+        _every(obj, where),
+    )
+    job = parse_job(obj["job"], f"{where}.job") if "job" in obj else None
+    return waiting, job
 
 
 def parse_progress(body: object, at_ms: int, where: str = "body") -> Progress:
@@ -168,6 +238,7 @@ def record_reading(
             live.samples.pop()
     live.samples.append(reading)
     live.every_ms = reading.every_ms
+    live.waiting = None  # a job that is read is running, not waiting
     if job is not None:
         live.job = job
     # The oldest sample kept is the newest one at least a window before the latest: the
@@ -187,6 +258,9 @@ def record_progress(live: ClaimLive, progress: Progress) -> None:
             f"units went down from {live.progress.units} to {progress.units}; "
             "progress is cumulative",
         )
+    before = live.progress.units if live.progress is not None else 0
+    if progress.units > before:
+        live.advanced_at_ms = progress.at_ms
     live.progress = progress
 
 
@@ -209,6 +283,7 @@ class Projection:
     reservation_used_pct: int | None
     exhausts_at_ms: int | None
     job: Job | None
+    waiting: WaitReport | None = None
 
     def to_json(self) -> dict[str, object]:
         """API.md's `"live"` object: unknown figures are null."""
@@ -226,6 +301,13 @@ class Projection:
             "reservation_used_pct": self.reservation_used_pct,
             "exhausts_at_ms": self.exhausts_at_ms,
             "job": None if self.job is None else self.job.to_json(),
+            "waiting": None
+            if self.waiting is None
+            else {
+                "since_ms": self.waiting.since_ms,
+                "partition": self.waiting.partition,
+                "gpus": self.waiting.gpus,
+            },
         }
 
 
@@ -269,6 +351,9 @@ def project(
     progress = live.progress if live is not None else None
     job = live.job if live is not None else None
     units = progress.units if progress is not None else None
+    waiting = live.waiting if live is not None else None
+    if waiting is not None and not waiting.fresh(now_ms):
+        waiting = None
     latest = live.latest if live is not None else None
     fresh = latest is not None and now_ms - latest.at_ms <= 2 * sample_period_ms
     if live is None or latest is None or not fresh:
@@ -291,6 +376,7 @@ def project(
             None,
             None,
             job,
+            waiting,
         )
     base = _window_base(live.samples, latest, window_ms(policy))
     span_uj = latest.energy.uj - base.energy.uj
@@ -299,6 +385,9 @@ def project(
     judged = idle_verdict(
         policy, IdleObservation(key, held_devices, observed_us, Energy(span_uj, grade))
     )
+    verdict, why = judged.kind.value, None if judged.reason is None else judged.reason.value
+    if judged.kind is IdleVerdictKind.idle and _advanced_within(live, latest, policy):
+        verdict, why = IdleVerdictKind.working.value, PROGRESS
     power = mean_uw(span_uj, observed_us)
     used = latest.energy.uj
     cost = realised_cost(used, units) if units is not None else None
@@ -313,8 +402,8 @@ def project(
         latest.energy,
         latest.at_ms,
         power,
-        judged.kind.value,
-        None if judged.reason is None else judged.reason.value,
+        verdict,
+        why,
         cost,
         units,
         progress.unit if progress else None,
@@ -322,7 +411,15 @@ def project(
         pct,
         exhausts,
         job,
+        waiting,
     )
+
+
+def _advanced_within(live: ClaimLive, latest: Reading, policy: IdlePolicy) -> bool:
+    """Whether reported units went up within the idle window that ends at `latest`."""
+    span = window_ms(policy)
+    advanced = live.advanced_at_ms
+    return advanced is not None and span is not None and advanced > latest.at_ms - span
 
 
 class LiveBook:
@@ -358,6 +455,15 @@ class LiveBook:
         """Keep a progress report for `claim` (§5.1); 409 `progress_decreased` if it went down."""
         live = self._claims.get(claim) or ClaimLive()
         record_progress(live, progress)
+        self._keep(claim, live)
+
+    def waiting(self, claim: str, waiting: WaitReport, job: Job | None) -> None:
+        """Keep that `claim`'s job waits for resources (DESIGN.md §7); a newer report wins."""
+        live = self._claims.get(claim) or ClaimLive()
+        if live.waiting is None or waiting.at_ms >= live.waiting.at_ms:
+            live.waiting = waiting
+        if job is not None:
+            live.job = job
         self._keep(claim, live)
 
     def forget(self, claim: str) -> None:

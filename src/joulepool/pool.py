@@ -62,6 +62,7 @@ from joulepool.live import (
     Progress,
     Projection,
     Reading,
+    WaitReport,
     project,
     window_ms,
 )
@@ -708,6 +709,15 @@ class Pool:
             raise InvalidInput("at_ms", f"{reading.at_ms} is ahead of this clock")
         with self._live_lock:
             self.live.reading(claim_id, reading, job, window_ms(self.idle_policy))
+
+    def record_waiting(self, claim_id: str, waiting: WaitReport, job: Job | None = None) -> None:
+        """Keep that a running claim's job waits for resources (DESIGN.md §7): soft state,
+        what preemption decides for; a report dated ahead of this clock is refused."""
+        self._running(claim_id)
+        if waiting.at_ms > self.now_ms() + READING_AHEAD_MS:
+            raise InvalidInput("at_ms", f"{waiting.at_ms} is ahead of this clock")
+        with self._live_lock:
+            self.live.waiting(claim_id, waiting, job)
 
     def record_progress(self, claim_id: str, progress: Progress) -> None:
         """Keep a running claim's completed units, cumulative (§5.1; API.md "Run time")."""

@@ -42,6 +42,7 @@ def test_design_s7_every_live_verdict_and_reason_has_a_vector() -> None:
         ("nothing_held", None),
         ("idle", None),
         ("working", None),
+        ("working", "progress"),
         ("no_verdict", "no_reading"),
         ("no_verdict", "stale"),
         ("no_verdict", "unconfigured"),

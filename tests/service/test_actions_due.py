@@ -113,7 +113,10 @@ def test_actions_notice_then_the_act_each_once_recorded_with_evidence(
             ]
             assert log[0]["evidence"]["energy_uj"] == 110_001 * J
             metrics = ops.get("/metrics").text
-        assert 'pool_actions_total{kind="cancel",outcome="done"} 1.0' in metrics
+        assert (
+            'pool_actions_total{rule="over_reservation",kind="cancel",outcome="done"} 1.0'
+            in metrics
+        )
         # The CLI reads the same records from the file beside the ledger.
         shown = json.loads(pool_cli("actions", str(d.folder), "--json").stdout)
         assert shown["actions"] == log

@@ -1,5 +1,5 @@
-"""`pool actions`: the action log, and what the `[runtime]` policy says is due now
-(DESIGN.md §7; API.md `GET /v1/actions`, `GET /v1/actions/due`).
+"""`pool actions`: the action log, and what the run-time policies (`[runtime]`, `[idle]`,
+`[preemption]`) say is due now (DESIGN.md §7; API.md `GET /v1/actions`, `GET /v1/actions/due`).
 
 With DIR it reads `DIR/actions.jsonl` beside the ledger (nothing is locked or written); with
 `--url` it asks `pool serve`, and `--due` always does (what is due rests on live readings,
@@ -22,6 +22,7 @@ def _actions(args: argparse.Namespace) -> int:
     params = {
         "entitlement": args.entitlement,
         "kind": args.kind,
+        "rule": args.rule,
         "since_ms": args.since,
         "claim": args.claim,
         "limit": args.limit,
@@ -56,7 +57,7 @@ def _read(args: argparse.Namespace) -> list[dict[str, Any]]:
     from joulepool.deployment.actions import matching
 
     roots = [] if args.entitlement is None else [args.entitlement]
-    keep = matching(tree, roots, args.kind, args.since, args.claim)
+    keep = matching(tree, roots, args.kind, args.since, args.claim, args.rule)
     return open_action_log(folder).read(keep, args.limit)
 
 
@@ -72,6 +73,7 @@ def _show(c: Any, rows: list[dict[str, Any]]) -> None:
             utc_text(r["at_ms"]),
             r["claim"],
             r.get("job"),
+            r.get("rule") or "over_reservation",
             r["kind"],
             r["outcome"],
             r.get("reason") or r.get("detail"),
@@ -79,7 +81,18 @@ def _show(c: Any, rows: list[dict[str, Any]]) -> None:
         ]
         for r in rows
     ]
-    heads = ["at", "claim", "job", "kind", "outcome", "why", "energy µJ", "grade", "reserved µJ"]
+    heads = [
+        "at",
+        "claim",
+        "job",
+        "rule",
+        "kind",
+        "outcome",
+        "why",
+        "energy µJ",
+        "grade",
+        "reserved µJ",
+    ]
     c.print(table("action log, newest first", heads, cells, right=("energy µJ", "reserved µJ")))
     if not rows:
         c.print("no actions recorded")
@@ -88,14 +101,28 @@ def _show(c: Any, rows: list[dict[str, Any]]) -> None:
 def _show_due(c: Any, data: dict[str, Any]) -> None:
     policy = data["policy"]
     cells = [
-        [r["claim"], r.get("job"), r["kind"], r["reason"], *_evidence(r["evidence"])]
+        [
+            r["claim"],
+            r.get("job"),
+            r.get("rule") or "over_reservation",
+            r["kind"],
+            r["reason"] if r.get("for") is None else f"{r['reason']} ({r['for']})",
+            *_evidence(r["evidence"]),
+        ]
         for r in data["due"]
     ]
-    heads = ["claim", "job", "due", "why", "energy µJ", "grade", "reserved µJ"]
+    heads = ["claim", "job", "rule", "due", "why", "energy µJ", "grade", "reserved µJ"]
     title = (
         f"due now (over_reservation = {policy['over_reservation']}, margin "
-        f"{policy['margin_pct']} %, notice {policy['notice_s']} s)"
+        f"{policy['margin_pct']} %, notice {policy['notice_s']} s"
     )
+    others = data.get("policies") or {}
+    idle, preempt = others.get("idle"), others.get("preemption")
+    if isinstance(idle, dict):
+        title += f"; idle = {idle.get('action')} when {idle.get('when')}"
+    if isinstance(preempt, dict):
+        title += f"; preemption = {preempt.get('action')} after {preempt.get('after_s')} s"
+    title += ")"
     c.print(table(title, heads, cells, right=("energy µJ", "reserved µJ")))
     if not data["due"]:
         c.print("nothing is due")
@@ -118,6 +145,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--due", action="store_true", help="what policy says is due now (asks --url)")
     p.add_argument("--entitlement", metavar="E", help="only E and its descendants")
     p.add_argument("--kind", help="only this kind (notice, signal, requeue, cancel, ...)")
+    p.add_argument(
+        "--rule", choices=("over_reservation", "idle", "preemption"), help="only this rule's"
+    )
     p.add_argument(
         "--since", type=_count, metavar="MS", help="only records at or after MS (epoch ms)"
     )

@@ -108,6 +108,8 @@ def build_service(
         c2sp_witnesses=config.witnesses,
         claim_secret=_claim_secret_or_none(folder),
         runtime=config.runtime_policy,
+        idle_acts=config.idle_acts_policy,
+        preemption=config.preemption_policy,
         actions=open_action_log(folder),
     )
 

@@ -202,14 +202,16 @@ def op_over_reservation(case: Mapping[str, Any]) -> Result:
 
 def op_live_projection(case: Mapping[str, Any]) -> Result:
     """DESIGN.md §7: a running claim's live figures (`live.project`), API.md's `"live"`
-    object less `job`. `readings` are `[{"at_ms", "energy": Energy}]` in time order, energy
-    since the claim's start; `progress` is `{"units", "unit"?, "total"?}`; absent or null,
-    no progress was reported. `sample_period_ms` defaults to the agent's 30 s."""
+    object less `job` and `waiting`. `readings` are `[{"at_ms", "energy": Energy}]` in time
+    order, energy since the claim's start; `progress` is `{"units", "unit"?, "total"?}`,
+    reported at `progress_at_ms` (default `now_ms`); absent or null, no progress was
+    reported (units going up within the idle window make a claim `working`, reason
+    `progress`). `sample_period_ms` defaults to the agent's 30 s."""
     check_keys(
         case,
         "",
         ("op", "policy", "reserved_uj", "held_devices", "readings", "now_ms"),
-        ("progress", "sample_period_ms"),
+        ("progress", "progress_at_ms", "sample_period_ms"),
     )
     policy = idle_policy_from_json(case["policy"])
     reserved = check_figure(case["reserved_uj"], "reserved_uj")
@@ -239,8 +241,12 @@ def op_live_projection(case: Mapping[str, Any]) -> Result:
         )
         record_reading(live, reading, None, window_ms(policy))
     progress = case.get("progress")
+    at = case.get("progress_at_ms")
+    at = now_ms if at is None else check_figure(at, "progress_at_ms")
+    if at > now_ms:
+        raise InvalidInput("progress_at_ms", "must not be after now_ms")
     if progress is not None:
-        record_progress(live, parse_progress(progress, now_ms, "progress"))
+        record_progress(live, parse_progress(progress, at, "progress"))
     figures = project(
         live,
         key="claim",
@@ -250,5 +256,5 @@ def op_live_projection(case: Mapping[str, Any]) -> Result:
         now_ms=now_ms,
         sample_period_ms=period,
     ).to_json()
-    del figures["job"]
+    del figures["job"], figures["waiting"]
     return figures

@@ -11,9 +11,16 @@ log never holds more than about twice `MAX_BYTES`. Reading is hostile-file-safe:
 the bytes the cap allows are read from each file's end, and a line that is not a record
 (torn by a crash, edited, too long) is skipped and counted, never fatal.
 
-A record: `{"at_ms", "claim", "entitlement", "job", "kind", "outcome", "reason", "detail",
-"evidence", "policy"}`, `kind` one of `acts.KINDS` or `run` (a requeued job's earlier run
-and its figure, added to its release), `outcome` one of `OUTCOMES`.
+A record: `{"at_ms", "claim", "entitlement", "job", "rule", "kind", "outcome", "reason",
+"detail", "evidence", "policy"}`, `rule` one of `RULES` (absent: `over_reservation`, as the
+first records were written), `kind` one of `acts.KINDS` or `run` (a requeued job's earlier
+run and its figure, added to its release), `outcome` one of `OUTCOMES`.
+
+What the log says of a claim, per rule, is what the rules decide on (`reclaim.RuleState`):
+the kinds done, when the outstanding notice was given (a later `withheld` record of the
+rule withdraws it: the job is told afresh before any act), and when the job was last
+requeued. A requeue done starts a new run: the idle and preemption rules then start over,
+while over-reservation, which the whole claim's energy feeds, does not.
 """
 
 from __future__ import annotations
@@ -39,7 +46,16 @@ OUTCOMES = ("done", "failed", "withheld", "reported", "recorded")
 """`done`/`failed`: a bridge carried an act out, or tried; `withheld`: an act the evidence
 could not carry; `reported`: over-reservation under the `report` policy; `recorded`: a run."""
 DONE = frozenset({"done", "reported"})
-"""Outcomes after which the same kind is never due again for the claim."""
+"""Outcomes after which the same kind is never due again for the claim (and rule, and run)."""
+RULES = ("over_reservation", "idle", "preemption")
+"""What made an act due: the reservation as a limit, §2.7 idle reclamation, §5 preemption."""
+PER_RUN = frozenset({"idle", "preemption"})
+"""The rules that start over when a job is requeued: a new run is judged afresh."""
+
+
+def rule_of(record: dict[str, Any]) -> str:
+    """The rule a record belongs to; records written before rules existed are the limit's."""
+    return str(record.get("rule") or "over_reservation")
 
 
 def valid_record(value: object) -> dict[str, Any] | None:
@@ -52,6 +68,8 @@ def valid_record(value: object) -> dict[str, Any] | None:
     if kind not in LOG_KINDS or outcome not in OUTCOMES:
         return None
     if not isinstance(value.get("entitlement"), str):
+        return None
+    if value.get("rule") not in (None, *RULES):
         return None
     return value
 
@@ -66,9 +84,12 @@ class ActionLog:
         self.path = path
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._done: dict[str, set[str]] = {}
-        self._last: dict[str, tuple[str, str | None]] = {}
-        self.counts: Counter[tuple[str, str]] = Counter()
+        self._done: dict[tuple[str, str], set[str]] = {}
+        self._last: dict[tuple[str, str], tuple[str, str | None]] = {}
+        self._notice: dict[tuple[str, str], int] = {}
+        self._requeued: dict[str, int] = {}
+        self._latest: dict[str, dict[str, Any]] = {}
+        self.counts: Counter[tuple[str, str, str]] = Counter()
         self.skipped = 0
         for record in self._records(count=True):
             self._index(record)
@@ -120,21 +141,61 @@ class ActionLog:
 
     def _index(self, record: dict[str, Any]) -> None:
         claim, kind, outcome = record["claim"], record["kind"], record["outcome"]
+        if kind == "run":
+            return
+        key = (claim, rule_of(record))
+        self._latest[claim] = {
+            "at_ms": record["at_ms"],
+            "rule": key[1],
+            "kind": kind,
+            "outcome": outcome,
+            "reason": record.get("reason"),
+        }
+        if kind == "requeue" and outcome == "done":
+            self._requeued[claim] = record["at_ms"]
+            for rule in PER_RUN:
+                self._done.pop((claim, rule), None)
+                self._notice.pop((claim, rule), None)
+                self._last.pop((claim, rule), None)
         if outcome in DONE:
-            self._done.setdefault(claim, set()).add(kind)
-        if kind != "run":
-            self._last[claim] = (kind, record.get("reason"))
+            self._done.setdefault(key, set()).add(kind)
+        if kind == "notice" and outcome == "done":
+            self._notice[key] = record["at_ms"]
+        elif kind == "withheld":
+            self._notice.pop(key, None)
+        if not (kind == "requeue" and outcome == "done" and key[1] in PER_RUN):
+            self._last[key] = (kind, record.get("reason"))
 
-    def done(self, claim: str) -> frozenset[str]:
-        """The kinds carried out (or reported) for `claim`: never due again (DESIGN.md §7)."""
+    def done(self, claim: str, rule: str = "over_reservation") -> frozenset[str]:
+        """The kinds carried out (or reported) for `claim` under `rule` (this run's, for a
+        per-run rule): never due again (DESIGN.md §7)."""
         with self._lock:
-            return frozenset(self._done.get(claim, ()))
+            return frozenset(self._done.get((claim, rule), ()))
 
-    def changed(self, claim: str, kind: str, reason: str | None) -> bool:
-        """Whether (kind, reason) differs from the last record for `claim`: a withheld act is
-        logged when the state changes, not on every pass."""
+    def notice_at(self, claim: str, rule: str) -> int | None:
+        """When `claim`'s outstanding notice under `rule` was given; None if none is."""
         with self._lock:
-            return self._last.get(claim) != (kind, reason)
+            return self._notice.get((claim, rule))
+
+    def latest(self, claim: str) -> dict[str, Any] | None:
+        """`claim`'s newest act, withheld act or report (a run aside): `{"at_ms", "rule",
+        "kind", "outcome", "reason"}`, None if the log holds none (DESIGN.md §7)."""
+        with self._lock:
+            found = self._latest.get(claim)
+            return None if found is None else dict(found)
+
+    def requeued_at(self, claim: str) -> int | None:
+        """When `claim`'s job was last requeued by an act, if ever."""
+        with self._lock:
+            return self._requeued.get(claim)
+
+    def changed(
+        self, claim: str, kind: str, reason: str | None, rule: str = "over_reservation"
+    ) -> bool:
+        """Whether (kind, reason) differs from the last record for `claim` under `rule`: a
+        withheld act is logged when the state changes, not on every pass."""
+        with self._lock:
+            return self._last.get((claim, rule)) != (kind, reason)
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
         """Append one record, durably, before returning it (module docstring)."""
@@ -166,7 +227,7 @@ class ActionLog:
             if created:
                 fsync_dir(self.path.parent)
             self._index(record)
-            self.counts[(record["kind"], record["outcome"])] += 1
+            self.counts[(rule_of(record), record["kind"], record["outcome"])] += 1
         return record
 
     def read(
@@ -191,12 +252,15 @@ def matching(
     kind: str | None = None,
     since_ms: int | None = None,
     claim: str | None = None,
+    rule: str | None = None,
 ) -> Callable[[dict[str, Any]], bool]:
     """Which records a reader asked for (API.md `GET /v1/actions`, `pool actions`): within
     every one of `roots`' subtrees (a tenant's root, an `entitlement` filter), of `kind`,
-    at or after `since_ms`, of `claim`."""
+    at or after `since_ms`, of `claim`, of `rule`."""
     if kind is not None and kind not in LOG_KINDS:
         raise InvalidInput("kind", f"must be one of {', '.join(LOG_KINDS)}")
+    if rule is not None and rule not in RULES:
+        raise InvalidInput("rule", f"must be one of {', '.join(RULES)}")
 
     def keep(record: dict[str, Any]) -> bool:
         ent = record["entitlement"]
@@ -205,6 +269,8 @@ def matching(
         if kind is not None and record["kind"] != kind:
             return False
         if claim is not None and record["claim"] != claim:
+            return False
+        if rule is not None and rule_of(record) != rule:
             return False
         return since_ms is None or record["at_ms"] >= since_ms
 

@@ -35,6 +35,15 @@ from joulepool.errors import InvalidInput, InvalidTree
 from joulepool.idle import IdlePolicy
 from joulepool.periods import NONE, Schedule
 from joulepool.pool import MAX_CLOCK_GAP_MS
+from joulepool.reclaim import (
+    DEFAULT_IDLE_ACTS,
+    DEFAULT_PREEMPTION,
+    IDLE_ACT_KEYS,
+    IdleActs,
+    PreemptionPolicy,
+    parse_idle_acts,
+    parse_preemption,
+)
 from joulepool.tree import Entitlement, Tree
 
 if TYPE_CHECKING:
@@ -56,6 +65,7 @@ _TOP_KEYS = {
     "transparency",
     "c2sp_witness",
     "runtime",
+    "preemption",
 }
 _POOL_KEYS = {"steward", "required_evidence", "max_device_power_w", "max_clock_gap"}
 
@@ -84,6 +94,23 @@ class Config:
     runtime: RuntimePolicy | None = None
     """`[runtime]`: what over-reservation does to a running job (DESIGN.md §7, `acts`).
     None: unset, and the default applies (report, never act)."""
+
+    idle_acts: IdleActs | None = None
+    """`[idle]`'s `action`, `notice_s` and `when`: what an idle verdict does to a running
+    job (§2.7, DESIGN.md §7, `reclaim`). None: unset, and the default applies (report)."""
+    preemption: PreemptionPolicy | None = None
+    """`[preemption]`: whether capacity is reclaimed for waiting work in §5.2 order
+    (DESIGN.md §7, `reclaim`). None: unset, and the default applies (report)."""
+
+    @property
+    def idle_acts_policy(self) -> IdleActs:
+        """The idle acts in force: the configured ones, else the default (report)."""
+        return DEFAULT_IDLE_ACTS if self.idle_acts is None else self.idle_acts
+
+    @property
+    def preemption_policy(self) -> PreemptionPolicy:
+        """The `[preemption]` policy in force: the configured one, else the default."""
+        return DEFAULT_PREEMPTION if self.preemption is None else self.preemption
 
     @property
     def runtime_policy(self) -> RuntimePolicy:
@@ -157,8 +184,13 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
             # 0 s would make every start a clock_jump; the default is spelled by absence.
             raise InvalidInput(f"{where}: pool.max_clock_gap", "must be at least 1 s")
     idle = doc.get("idle", {})
-    if not isinstance(idle, Mapping) or set(idle) - {"window_us", "threshold_uw"}:
-        raise InvalidInput(f"{where}: idle", "a table of window_us and threshold_uw only")
+    if not isinstance(idle, Mapping) or set(idle) - {"window_us", "threshold_uw", *IDLE_ACT_KEYS}:
+        raise InvalidInput(
+            f"{where}: idle",
+            "a table of window_us, threshold_uw, action, notice_s and when only",
+        )
+    acts = {k: v for k, v in idle.items() if k in IDLE_ACT_KEYS}
+    idle_acts = parse_idle_acts(acts, where) if acts else None
     policy = IdlePolicy(
         _optional_figure(idle, "window_us", where), _optional_figure(idle, "threshold_uw", where)
     )
@@ -181,6 +213,8 @@ def parse_config(doc: Mapping[str, Any], where: str) -> Config:
         _origin(doc, where),
         _witnesses(doc, where),
         parse_runtime(doc["runtime"], where) if "runtime" in doc else None,
+        idle_acts,
+        parse_preemption(doc["preemption"], where) if "preemption" in doc else None,
     )
 
 
@@ -235,7 +269,8 @@ def config_document(config: Config) -> dict[str, Any]:
     replicas must sign one log), so existing deployments keep their digest. So do the
     `[[c2sp_witness]]` entries (DESIGN.md §8: replicas of one log submit to the same
     witnesses, or each would serve other cosignatures), in their order. So does
-    `[runtime]` (DESIGN.md §7: replicas must agree on which acts are due)."""
+    `[runtime]`, the `[idle]` acts and `[preemption]` (DESIGN.md §7: replicas must agree
+    on which acts are due), each only where it is set."""
     idle = config.idle
     doc: dict[str, Any] = {
         "pool.toml": 1,
@@ -254,6 +289,10 @@ def config_document(config: Config) -> dict[str, Any]:
         doc["c2sp_witness"] = [{"url": w.url, "vkey": w.vkey.encode()} for w in config.witnesses]
     if config.runtime is not None:
         doc["runtime"] = config.runtime.to_json()
+    if config.idle_acts is not None:
+        doc["idle_acts"] = config.idle_acts.to_json()
+    if config.preemption is not None:
+        doc["preemption"] = config.preemption.to_json()
     return doc
 
 

@@ -74,8 +74,9 @@ report what it carried out, read the action log (a requeued job's earlier runs),
 entitlements (check-config maps accounts to them) and its own scope. Each route still
 confines it to its subtree."""
 
-BRIDGE_CLAIM_POSTS = ("/release", "/readings")
-"""What a bridge token may post to one claim: its release and its meter readings."""
+BRIDGE_CLAIM_POSTS = ("/release", "/readings", "/waiting")
+"""What a bridge token may post to one claim: its release, its meter readings, and that
+its job waits for resources."""
 
 PRINCIPAL = "principal"
 """Where the middleware leaves the authenticated principal, in the request's state."""

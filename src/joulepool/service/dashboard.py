@@ -79,7 +79,7 @@ def dashboard(
         "timeline": timeline.series(chosen, visible),
         "verdicts": verdicts.recent(_scope(pool, who), who.tenant, recent),
         "estimates": estimates(pool, who, timeline),
-        **running(pool, who),
+        **running(pool, who, actions),
         # Null, not an empty list, where the service keeps no action log: unknown, not none.
         "recent_actions": None if actions is None else _recent_actions(pool, who, actions),
     }
@@ -91,16 +91,17 @@ def dashboard(
     return out
 
 
-def running(pool: Pool, who: Principal) -> dict[str, Any]:
+def running(pool: Pool, who: Principal, actions: ActionLog | None = None) -> dict[str, Any]:
     """DESIGN.md §7: the running claims `who` may see, newest admitted first, at most
     `RUNNING_SHOWN` of them, each exactly as `GET /v1/claims` shows it (`live_claim_json`),
     and how many more run unlisted."""
     now_ms = pool.now_ms()
     seen = [s for s in pool.running_claims() if who.may_act_on(pool.tree, s.admitted.entitlement)]
     seen.sort(key=lambda s: s.admitted_seq, reverse=True)
+    acts = None if actions is None else actions.latest
     return {
         "running": [
-            live_claim_json(pool, s, shown_id(who.tenant, s.claim), now_ms)
+            live_claim_json(pool, s, shown_id(who.tenant, s.claim), now_ms, acts)
             for s in seen[:RUNNING_SHOWN]
         ],
         "running_more": max(0, len(seen) - RUNNING_SHOWN),

@@ -21,6 +21,12 @@ class JobIn(Strict):
     id: Text
     user: Text | None = None
     name: Text | None = None
+    partition: Text | None = Field(
+        default=None, description="where it runs or waits: preemption looks within one"
+    )
+    requeue: bool | None = Field(
+        default=None, description="whether it may be requeued (Slurm's Requeue=1; default true)"
+    )
 
 
 class ReadingIn(Strict):
@@ -30,6 +36,19 @@ class ReadingIn(Strict):
     energy: EnergyIn
     every_ms: Annotated[StrictInt, Field(ge=1_000, le=3_600_000)] | None = Field(
         default=None, description="the sender's sample period; stale after two (default 30000)"
+    )
+    job: JobIn | None = None
+
+
+class WaitingIn(Strict):
+    """An admitted claim's job waits for resources (DESIGN.md §7): what preemption serves."""
+
+    at_ms: Figure
+    since_ms: Figure = Field(description="when it began to wait (its eligible time)")
+    partition: Text
+    gpus: Figure = Field(description="the GPUs it asks for, over all its nodes")
+    every_ms: Annotated[StrictInt, Field(ge=1_000, le=3_600_000)] | None = Field(
+        default=None, description="the sender's report period; stale after two (default 30000)"
     )
     job: JobIn | None = None
 

@@ -379,10 +379,10 @@ class _TlsCollector(Collector):
 
 
 class _ActionsCollector(Collector):
-    """`pool_actions_total{kind,outcome}`: the action log's records since the service
+    """`pool_actions_total{rule,kind,outcome}`: the action log's records since the service
     started (DESIGN.md §7). No per-claim label: a claim's acts are `GET /v1/actions`'s."""
 
-    def __init__(self, counts: Callable[[], Counter[tuple[str, str]] | None]) -> None:
+    def __init__(self, counts: Callable[[], Counter[tuple[str, str, str]] | None]) -> None:
         self._counts = counts
 
     def collect(self) -> Iterator[Metric]:
@@ -392,11 +392,11 @@ class _ActionsCollector(Collector):
             return
         family = CounterMetricFamily(
             "pool_actions",
-            "Action log records since the service started, by kind and outcome",
-            labels=["kind", "outcome"],
+            "Action log records since the service started, by rule, kind and outcome",
+            labels=["rule", "kind", "outcome"],
         )
-        for (kind, outcome), n in sorted(counts.items()):
-            family.add_metric([kind, outcome], n)
+        for (rule, kind, outcome), n in sorted(counts.items()):
+            family.add_metric([rule, kind, outcome], n)
         yield family
 
 
@@ -412,7 +412,7 @@ class Metrics:
         ready: Callable[[], bool] | None = None,
         tokens: Callable[[], TokenBook] | None = None,
         tls_not_after_s: int | None = None,
-        actions: Callable[[], Counter[tuple[str, str]] | None] = lambda: None,
+        actions: Callable[[], Counter[tuple[str, str, str]] | None] = lambda: None,
     ) -> None:
         self._pool = pool
         self._witnesses = witnesses

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from joulepool.acts import DEFAULT_POLICY, RuntimePolicy
 from joulepool.errors import ClockFault, InvalidInput, PoolError, StoreError
 from joulepool.pool import Pool
+from joulepool.reclaim import DEFAULT_IDLE_ACTS, DEFAULT_PREEMPTION, IdleActs, PreemptionPolicy
 from joulepool.service.committer import Committer
 from joulepool.service.deps import ApiError
 from joulepool.service.tokens import TokenBook, scope_problem
@@ -94,6 +95,8 @@ class Service:
     # `[runtime]` in force and the action log (DESIGN.md §7); None: no log, acts are shown
     # as due but nothing is recorded.
     runtime: RuntimePolicy = DEFAULT_POLICY
+    idle_acts: IdleActs = DEFAULT_IDLE_ACTS
+    preemption: PreemptionPolicy = DEFAULT_PREEMPTION
     actions: ActionLog | None = None
 
     def claim_token(self, claim_id: str) -> str | None:
@@ -271,6 +274,8 @@ class Service:
             self._published.origin = self.origin
         self.c2sp_witnesses = config.witnesses
         self.runtime = config.runtime_policy
+        self.idle_acts = config.idle_acts_policy
+        self.preemption = config.preemption_policy
         if self.witnessing is not None:
             self.witnessing.configure(config.witnesses)
 

@@ -1,76 +1,249 @@
-"""What over-reservation makes due now for every running claim, with its evidence
+"""What the run-time rules make due now for every running claim, with its evidence
 (DESIGN.md §7; API.md `GET /v1/actions/due`, `pool actions --due`).
 
-One brain: the live projection `Pool` keeps (`Pool.projection`) and the pure decision
-(`acts.due_act`) under the `[runtime]` policy; every surface and the Slurm agent read this.
+One brain: the live projection `Pool` keeps (`Pool.projection`), what the action log says
+was done, and the pure decisions: the reservation as a limit (`acts.due_act`), §2.7 idle
+reclamation (`reclaim.idle_due`) and §5.2 preemption (`reclaim.victims`,
+`reclaim.preemption_due`). Every surface and the Slurm agent read this; a future
+Kubernetes bridge would carry out the same list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from joulepool.acts import Due, Evidence, RuntimePolicy, due_act
-from joulepool.live import NO_READING, STALE
+from joulepool.acts import MEASURED, Due, Evidence, RuntimePolicy, due_act
+from joulepool.live import NO_READING, STALE, Projection
+from joulepool.reclaim import (
+    IdleActs,
+    PreemptionPolicy,
+    RuleState,
+    Running,
+    Waiting,
+    idle_due,
+    preemption_due,
+    victims,
+)
 
 if TYPE_CHECKING:
     from joulepool.pool import ClaimState, Pool
 
+OVER_RESERVATION, IDLE, PREEMPTION = "over_reservation", "idle", "preemption"
+NOT_REQUEUEABLE = "not_requeueable"
+"""Why an idle requeue is withheld: the workload manager may not requeue the job."""
+
+
+class RuleBook(Protocol):
+    """What the action log says of a claim, per rule (`deployment.actions.ActionLog`)."""
+
+    def done(self, claim: str, rule: str = OVER_RESERVATION) -> frozenset[str]: ...
+
+    def notice_at(self, claim: str, rule: str) -> int | None: ...
+
+    def requeued_at(self, claim: str) -> int | None: ...
+
+
+class NoBook:
+    """A service that keeps no action log: nothing was ever done."""
+
+    def done(self, _claim: str, _rule: str = OVER_RESERVATION) -> frozenset[str]:
+        """Nothing is recorded done."""
+        return frozenset()
+
+    def notice_at(self, _claim: str, _rule: str) -> int | None:
+        """No notice was given."""
+        return None
+
+    def requeued_at(self, _claim: str) -> int | None:
+        """No job was requeued."""
+        return None
+
+
+def rule_state(book: RuleBook, claim: str, rule: str) -> RuleState:
+    """`claim`'s state under `rule` as the log tells it (DESIGN.md §7)."""
+    return RuleState(book.done(claim, rule), book.notice_at(claim, rule), book.requeued_at(claim))
+
+
+@dataclass(frozen=True, slots=True)
+class Policies:
+    """The run-time policies in force: `[runtime]`, `[idle]`'s acts, `[preemption]`."""
+
+    runtime: RuntimePolicy
+    idle: IdleActs
+    preemption: PreemptionPolicy
+
+    def of(self, rule: str) -> RuntimePolicy | IdleActs | PreemptionPolicy:
+        """The policy of one rule."""
+        if rule == IDLE:
+            return self.idle
+        return self.preemption if rule == PREEMPTION else self.runtime
+
 
 @dataclass(frozen=True, slots=True)
 class DueItem:
-    """One running claim's due act (or withheld one) and what it rests on."""
+    """One running claim's due act (or withheld one) under one rule, and what it rests on;
+    `for_claim` is the waiting claim a preemption serves."""
 
     claim: str
     entitlement: str
     job: str | None
     due: Due
     evidence: Evidence
-    policy: RuntimePolicy
+    policy: RuntimePolicy | IdleActs | PreemptionPolicy
+    rule: str = OVER_RESERVATION
+    for_claim: str | None = None
+    idle: dict[str, Any] | None = None
 
     def to_json(self, shown: str | None = None) -> dict[str, Any]:
         """API.md's item of `GET /v1/actions/due`; `shown` the claim id as the caller names it."""
-        return {
+        evidence: dict[str, object] = self.evidence.to_json()
+        if self.idle is not None:
+            evidence["idle"] = self.idle
+        out: dict[str, Any] = {
             "claim": self.claim if shown is None else shown,
             "entitlement": self.entitlement,
             "job": self.job,
+            "rule": self.rule,
             "kind": self.due.kind,
             "reason": self.due.reason,
-            "evidence": self.evidence.to_json(),
+            "evidence": evidence,
             "policy": self.policy.to_json(),
         }
+        if self.rule == PREEMPTION:
+            out["for"] = self.for_claim
+        return out
+
+
+def evidence_from(
+    pool: Pool, state: ClaimState, proj: Projection | None
+) -> tuple[Evidence, str | None]:
+    """A running claim's evidence (DESIGN.md §7) and its job id, from its projection."""
+    reserved = state.admitted.reserved.uj
+    job = proj.job.id if proj is not None and proj.job is not None else None
+    if proj is None or proj.energy is None:
+        found = pool.live.get(state.claim)
+        unknown = STALE if found is not None and found.latest is not None else NO_READING
+        return Evidence(reserved, None, None, None, None, unknown), job
+    return Evidence(reserved, proj.energy, proj.at_ms, proj.power_uw, proj.exhausts_at_ms), job
 
 
 def evidence_of(pool: Pool, state: ClaimState, now_ms: int) -> tuple[Evidence, str | None]:
     """A running claim's evidence now (DESIGN.md §7) and its job id, as `Pool` projects it."""
-    proj = pool.projection(state, now_ms)
-    reserved = state.admitted.reserved.uj
-    if proj is None or proj.energy is None:
-        found = pool.live.get(state.claim)
-        unknown = STALE if found is not None and found.latest is not None else NO_READING
-        job = proj.job.id if proj is not None and proj.job is not None else None
-        return Evidence(reserved, None, None, None, None, unknown), job
-    job = proj.job.id if proj.job is not None else None
-    return Evidence(reserved, proj.energy, proj.at_ms, proj.power_uw, proj.exhausts_at_ms), job
+    return evidence_from(pool, state, pool.projection(state, now_ms))
+
+
+def _running_and_waiting(
+    pool: Pool,
+    claims: list[tuple[ClaimState, Projection | None]],
+    book: RuleBook,
+) -> tuple[list[Running], list[Waiting]]:
+    """What preemption decides over (§5.2): claims whose jobs wait for resources, and
+    claims whose jobs run where a fresh reading says so (a partition is known)."""
+    running: list[Running] = []
+    waiting: list[Waiting] = []
+    for state, proj in claims:
+        if proj is None:
+            continue
+        ent = state.admitted.entitlement
+        found = pool.tree.get(ent)
+        priority = found.priority if found is not None else 0
+        requeued = book.requeued_at(state.claim)
+        if proj.waiting is not None:
+            w = proj.waiting
+            waiting.append(
+                Waiting(state.claim, ent, priority, w.partition, w.gpus, w.since_ms, requeued)
+            )
+            continue
+        job = proj.job
+        measured = proj.energy is not None and proj.energy.grade in MEASURED
+        running.append(
+            Running(
+                state.claim,
+                ent,
+                priority,
+                job.partition if job is not None and proj.energy is not None else None,
+                state.admitted.devices,
+                proj.energy.uj if measured and proj.energy is not None else None,
+                proj.units,
+                job.requeue if job is not None else False,
+                requeued,
+            )
+        )
+    return running, waiting
 
 
 def due_items(
     pool: Pool,
-    policy: RuntimePolicy,
-    done: Callable[[str], frozenset[str]],
+    policies: Policies,
+    book: RuleBook,
     now_ms: int,
     visible: Callable[[str], bool] = lambda _e: True,
 ) -> list[DueItem]:
-    """Every running claim whose entitlement `visible` admits, in admission order, with
-    what is due for it now (`acts.due_act`); claims with nothing due are left out."""
+    """Every running claim whose entitlement `visible` admits, in admission order, with what
+    each rule makes due for it now; claims with nothing due are left out. Victims are chosen
+    over every claim, whoever asks: what one bridge sees must not change who yields."""
+    claims = [(s, pool.projection(s, now_ms)) for s in pool.running_claims()]
+    running, waiting = _running_and_waiting(pool, claims, book)
+    chosen, _uncovered = victims(policies.preemption, waiting, running, now_ms)
+    serves = {v.claim: v.for_claim for v in chosen}
+    contended = {w.partition for w in waiting if w.partition is not None}
     out: list[DueItem] = []
-    for state in pool.running_claims():
+    for state, proj in claims:
         ent = state.admitted.entitlement
         if not visible(ent):
             continue
-        evidence, job = evidence_of(pool, state, now_ms)
-        due = due_act(policy, evidence, now_ms, done(state.claim))
-        if due.kind is not None:
-            out.append(DueItem(state.claim, ent, job, due, evidence, policy))
+        claim = state.claim
+        evidence, job = evidence_from(pool, state, proj)
+        found: list[tuple[Due, str, str | None]] = [
+            (due_act(policies.runtime, evidence, now_ms, book.done(claim)), OVER_RESERVATION, None)
+        ]
+        if proj is not None and proj.waiting is None:
+            found.append(
+                (_idle(pool, policies.idle, proj, contended, book, claim, now_ms), IDLE, None)
+            )
+            for_claim = serves.get(claim)
+            state_now = rule_state(book, claim, PREEMPTION)
+            due = preemption_due(
+                policies.preemption, for_claim is not None, for_claim, state_now, now_ms
+            )
+            found.append((due, PREEMPTION, for_claim))
+        for due, rule, for_claim in found:
+            if due.kind is None:
+                continue
+            idle = None
+            if rule == IDLE and proj is not None:
+                idle = {"verdict": proj.verdict, "reason": proj.reason}
+            out.append(
+                DueItem(claim, ent, job, due, evidence, policies.of(rule), rule, for_claim, idle)
+            )
     return out
+
+
+def _idle(
+    pool: Pool,
+    policy: IdleActs,
+    proj: Projection,
+    contended: set[str],
+    book: RuleBook,
+    claim: str,
+    now_ms: int,
+) -> Due:
+    """The §2.7 act due for one running claim; a requeue Slurm may not carry out is
+    withheld once rather than noticed and refused on every pass."""
+    job = proj.job
+    partition = job.partition if job is not None else None
+    due = idle_due(
+        policy,
+        pool.idle_policy.configured,
+        proj.verdict,
+        proj.reason,
+        partition is not None and partition in contended,
+        rule_state(book, claim, IDLE),
+        now_ms,
+    )
+    refused = job is not None and not job.requeue
+    if policy.action == "requeue" and due.kind in ("notice", "requeue") and refused:
+        return Due("withheld", NOT_REQUEUEABLE)
+    return due

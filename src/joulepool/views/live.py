@@ -8,6 +8,7 @@ read of the whole ledger. The cursor is the ledger index to go on from.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,12 +74,22 @@ def check_filter(
     return ClaimFilter(scope, ent, state if isinstance(state, str) else None, age)
 
 
-def live_claim_json(pool: Pool, state: ClaimState, shown: str, now_ms: int) -> dict[str, Any]:
-    """API.md's claim object, with `"live"` for a running claim (DESIGN.md §7)."""
+def live_claim_json(
+    pool: Pool,
+    state: ClaimState,
+    shown: str,
+    now_ms: int,
+    last_act: Callable[[str], dict[str, Any] | None] | None = None,
+) -> dict[str, Any]:
+    """API.md's claim object, with `"live"` for a running claim (DESIGN.md §7); where the
+    service keeps an action log (`last_act`), `"live"` names the claim's newest act, null
+    for none."""
     out = claim_json(state, shown)
     projection = pool.projection(state, now_ms)
     if projection is not None:
         out["live"] = projection.to_json()
+        if last_act is not None:
+            out["live"]["last_act"] = last_act(state.claim)
     return out
 
 

@@ -18,19 +18,27 @@ Each pass:
    they ended `reconcile_after_s` ago (see `_reconcile`).
 4. Every `sample_every_s`, each running admitted job's energy so far is posted as a live
    reading (`sampling.py`; DESIGN.md §7).
+   With each sample, each admitted job Slurm keeps pending for resources (Reason
+   `Resources` or `Priority`) is reported as waiting (`POST /v1/claims/{id}/waiting`: its
+   partition, the GPUs it asks for, since its EligibleTime): what §5.2 preemption and the
+   idle policy's `when = "contended"` decide on.
 5. After each sample, the acts Pool says are due (`GET /v1/actions/due`: the reservation as
-   a limit, DESIGN.md §7) are carried out and their outcomes reported (`POST
-   /v1/actions`): `notice` writes `act=notice` into the admin comment (the note stays whole)
-   and sends SIGUSR1 to the job's batch script and steps; `signal` sends SIGUSR2 the same
-   way; `requeue` is `scontrol requeue`; `cancel` is `scancel`. The agent never decides: Pool
-   lists an act as due until it is recorded done, so each is carried out once across agent
-   restarts (twice at most, if the agent stops between carrying it out and reporting it).
+   a limit, §2.7 idle reclamation and §5.2 preemption, DESIGN.md §7) are carried out and
+   their outcomes reported (`POST /v1/actions`, with the rule that made each due):
+   `notice` writes `act=notice` into the admin comment (the note stays whole) and sends
+   SIGUSR1 to the job's batch script and steps; `signal` sends SIGUSR2 the same way;
+   `requeue` is `scontrol requeue`; `cancel` is `scancel`. Once a job is requeued or
+   cancelled in a pass, nothing more is done to it in that pass. The agent never decides:
+   Pool lists an act as due until it is recorded done, so each is carried out once across
+   agent restarts (twice at most, if the agent stops between carrying it out and reporting
+   it).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -58,6 +66,13 @@ from joulepool.bridges.slurm.sampling import Sampler
 ACTS = ("notice", "signal", "requeue", "cancel")
 """The acts the agent carries out: `joulepool.acts.ACTS`, restated because the bridge runs on
 the standard library (`acts` imports the grade types, which need msgspec)."""
+FINAL = ("requeue", "cancel")
+"""Acts after which the job is not this run any more: nothing else is done to it in a pass."""
+RULES = ("over_reservation", "idle", "preemption")
+"""The rules an act may be due under (`deployment.actions.RULES`)."""
+WAITING = ("Resources", "Priority")
+"""Why a pending job waits for capacity (squeue's reasons): these, and no hold or
+dependency, make an admitted job one that preemption may reclaim capacity for."""
 
 FULL_PASS_S = 30.0
 """Ask every held job again at least this often, whatever the ledger did (a reloaded tree)."""
@@ -125,7 +140,41 @@ class Agent:
         self._reconcile(jobs)
         if self.sampler is not None and self.sampler.due(time.monotonic()):
             self.sampler.sample(jobs)
+            self.report_waiting(jobs)
             self.carry_out(jobs)
+
+    def report_waiting(self, jobs: list[SlurmJob]) -> int:
+        """Tell Pool which admitted jobs Slurm keeps pending for resources, with their
+        partition, the GPUs they ask for and since when (DESIGN.md §7); how many."""
+        at_ms = time.time_ns() // 1_000_000
+        every_ms = self.config.sample_every_s * 1000
+        sent = 0
+        for job in jobs:
+            note = job.note
+            if (
+                job.state != "PENDING"
+                or job.reason not in WAITING
+                or note is None
+                or note.state not in ADMITTED_STATES
+                or job.partition is None
+            ):
+                continue
+            since_ms = at_ms if job.eligible_s is None else int(job.eligible_s * 1000)
+            body = {
+                "at_ms": at_ms,
+                "since_ms": min(since_ms, at_ms),
+                "partition": job.partition,
+                "gpus": job.gpus,
+                "every_ms": max(1000, min(every_ms, 3_600_000)),
+                "job": {"id": str(job.job_id), **({"user": job.user} if job.user else {})},
+            }
+            path = "/v1/claims/" + urllib.parse.quote(note.claim, safe="") + "/waiting"
+            answer = self.client.call("POST", path, body)
+            if answer.status == 200:
+                sent += 1
+            else:
+                self.log(f"job {job.job_id}: waiting report refused: HTTP {answer.status}")
+        return sent
 
     def carry_out(self, jobs: list[SlurmJob]) -> int:
         """Carry out the acts Pool says are due for running jobs, and report each outcome
@@ -141,42 +190,52 @@ class Agent:
             if j.state == "RUNNING" and j.note is not None and j.note.state in ADMITTED_STATES
         }
         done = 0
+        ended: set[int] = set()
         for item in due:
             if not isinstance(item, dict) or item.get("kind") not in ACTS:
                 continue
             kind = str(item["kind"])
+            rule = item.get("rule", "over_reservation")
             job = running.get(str(item.get("claim")))
-            if job is None:
-                continue  # not running here now: nothing to act on
+            if job is None or job.job_id in ended or rule not in RULES:
+                continue  # not running here now (or no more this pass): nothing to act on
             detail = None
             try:
-                self._act(job, kind)
+                self._act(job, kind, str(rule))
                 outcome = "done"
             except SlurmCommandFailed as exc:
                 outcome, detail = "failed", str(exc)[:200]
             assert job.note is not None
             body = {
                 "claim": job.note.claim,
+                "rule": str(rule),
                 "kind": kind,
                 "outcome": outcome,
                 "job": str(job.job_id),
             }
+            if outcome == "done" and kind in FINAL:
+                ended.add(job.job_id)
             if detail is not None:
                 body["detail"] = detail
             told = self.client.call("POST", "/v1/actions", body)
             self.log(
-                f"job {job.job_id}: {kind} {outcome} ({item.get('reason')}); "
+                f"job {job.job_id}: {rule} {kind} {outcome} ({item.get('reason')}); "
                 f"reported: HTTP {told.status}{' ' + detail if detail else ''}"
             )
             done += outcome == "done"
         return done
 
-    def _act(self, job: SlurmJob, kind: str) -> None:
+    def _act(self, job: SlurmJob, kind: str, rule: str = "over_reservation") -> None:
+        """Carry out one act; the admin comment says which, and under which rule (its owner
+        reads why in `scontrol show job` and sacct: `act=idle:notice`, `act=notice` for the
+        reservation as a limit, as it always read)."""
         jid = str(job.job_id)
+        note = job.note
+        assert note is not None
+        self.set_note(
+            job, replace(note, act=kind if rule == "over_reservation" else f"{rule}:{kind}")
+        )
         if kind in ("notice", "signal"):
-            note = job.note
-            assert note is not None
-            self.set_note(job, replace(note, act=kind))
             signal = "USR1" if kind == "notice" else "USR2"
             run_slurm(["scancel", "--full", f"--signal={signal}", jid], self.env)
         elif kind == "requeue":

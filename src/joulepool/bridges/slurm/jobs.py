@@ -184,6 +184,12 @@ class SlurmJob:
     `cpu_only`), None for a job it did not exempt."""
     restarts: int = 0
     """How often it was requeued (scontrol's Restarts): each run's energy counts."""
+    partition: str | None = None
+    """Where it runs or waits: preemption and contention look within one partition."""
+    requeue: bool = True
+    """Whether Slurm may requeue it (Requeue=1): a job that may not is never a victim."""
+    eligible_s: float | None = None
+    """When it became eligible to start (EligibleTime, epoch seconds): how long it waits."""
 
     @property
     def exclusive(self) -> bool:
@@ -202,8 +208,13 @@ _RECORD = {
     "nodes": re.compile(r"^   NodeList=(\S*)$", re.M),
     "end": re.compile(r"^   StartTime=\S+ EndTime=(\S+) ", re.M),
     "restarts": re.compile(r"^   Requeue=\d+ Restarts=(\d{1,9}) ", re.M),
+    "requeue": re.compile(r"^   Requeue=(\d+) Restarts=", re.M),
+    "partition": re.compile(r"^   Partition=(\S+) ", re.M),
+    "eligible": re.compile(r"^   SubmitTime=\S+ EligibleTime=(\S+)$", re.M),
 }
 _ADMIN = re.compile(r"^   AdminComment=(\S*) ?$", re.M)
+MAX_PARTITION = 200
+"""The longest partition name passed on (Slurm's own names are short)."""
 
 
 def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
@@ -243,6 +254,9 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJob]:
                 first("nodes") not in ("", "(null)"),
                 _exempt(admin[0]) if admin else None,
                 int(first("restarts") or 0),
+                first("partition")[:MAX_PARTITION] or None,
+                first("requeue") != "0",
+                _epoch_s(first("eligible")),
             )
         )
     # The tasks of one array share its note (Slurm copies it as each task starts).

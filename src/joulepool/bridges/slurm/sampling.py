@@ -540,6 +540,8 @@ class Sampler:
                 "id": str(job.job_id),
                 **({"user": job.user} if job.user else {}),
                 **({"name": detail.name} if detail.name else {}),
+                **({"partition": job.partition} if job.partition else {}),
+                "requeue": job.requeue,
             },
         }
         path = "/v1/claims/" + urllib.parse.quote(track.claim, safe="") + "/readings"

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from joulepool.acts import ACTS
 from joulepool.checks import check_figure, check_keys
 from joulepool.claim_id import shown_id
-from joulepool.deployment.actions import ActionLog, matching
+from joulepool.deployment.actions import RULES, ActionLog, matching
 from joulepool.errors import ClaimError, InvalidInput
 from joulepool.grade import Energy
 from joulepool.live import MAX_TEXT
@@ -35,7 +35,14 @@ from joulepool.service.deps import (
 from joulepool.service.served import Service
 from joulepool.service.tokens import Principal
 from joulepool.tree import Tree
-from joulepool.views.actions import DueItem, due_items, evidence_of
+from joulepool.views.actions import (
+    OVER_RESERVATION,
+    DueItem,
+    NoBook,
+    Policies,
+    due_items,
+    evidence_of,
+)
 
 router = APIRouter()
 
@@ -49,28 +56,34 @@ def _log(service: Service) -> ActionLog:
 
 
 def _record(item: DueItem, at_ms: int, outcome: str) -> dict[str, Any]:
+    shown = item.to_json()
     return {
         "at_ms": at_ms,
         "claim": item.claim,
         "entitlement": item.entitlement,
         "job": item.job,
+        "rule": item.rule,
         "kind": item.due.kind,
         "outcome": outcome,
         "reason": item.due.reason,
-        "detail": None,
-        "evidence": item.evidence.to_json(),
-        "policy": item.policy.to_json(),
+        "detail": None if item.for_claim is None else f"for {item.for_claim}",
+        "evidence": shown["evidence"],
+        "policy": shown["policy"],
     }
+
+
+def policies(service: Service) -> Policies:
+    """The run-time policies the service holds now (DESIGN.md §7)."""
+    return Policies(service.runtime, service.idle_acts, service.preemption)
 
 
 def due_now(service: Service) -> tuple[int, list[DueItem]]:
     """What is due now (`views.actions.due_items`), recording withheld acts and reports
-    whose state changed since the claim's last record (DESIGN.md §7)."""
+    whose state changed since the claim's last record under that rule (DESIGN.md §7)."""
     pool = service.ready_pool()
     log = service.actions
     now = pool.now_ms()
-    done = log.done if log is not None else (lambda _c: frozenset())
-    items = due_items(pool, service.runtime, done, now)
+    items = due_items(pool, policies(service), log if log is not None else NoBook(), now)
     if log is not None:
         for item in items:
             kind, reason = item.due.kind, item.due.reason
@@ -78,7 +91,7 @@ def due_now(service: Service) -> tuple[int, list[DueItem]]:
             if (
                 kind == "withheld"
                 and reason != "no_reading"
-                and log.changed(item.claim, kind, reason)
+                and log.changed(item.claim, kind, reason, item.rule)
             ):
                 log.append(_record(item, now, "withheld"))
             elif kind == "report":
@@ -101,6 +114,11 @@ async def actions_due(
         {
             "at_ms": now,
             "policy": service.runtime.to_json(),
+            "policies": {
+                "over_reservation": service.runtime.to_json(),
+                "idle": service.idle_acts.to_json(),
+                "preemption": service.preemption.to_json(),
+            },
             "due": [i.to_json() for i in items if who.may_act_on(tree, i.entitlement)],
         }
     )
@@ -115,8 +133,11 @@ def _text(value: object, where: str) -> str:
 def _report(service: Service, body: object, who: Principal) -> tuple[dict[str, Any], bool]:
     """Record a bridge's report (`POST /v1/actions`): the record, and whether it is new."""
     log = _log(service)
-    obj = check_keys(body, BODY, ("claim", "kind", "outcome"), ("job", "detail", "energy"))
+    obj = check_keys(body, BODY, ("claim", "kind", "outcome"), ("job", "detail", "energy", "rule"))
     claim = _text(obj["claim"], f"{BODY}.claim")
+    rule = obj.get("rule", OVER_RESERVATION)
+    if rule not in RULES:
+        raise InvalidInput(f"{BODY}.rule", f"must be one of {', '.join(RULES)}")
     kind = obj["kind"]
     if kind not in (*ACTS, "run"):
         raise InvalidInput(f"{BODY}.kind", f"must be one of {', '.join((*ACTS, 'run'))}")
@@ -151,20 +172,23 @@ def _report(service: Service, body: object, who: Principal) -> tuple[dict[str, A
     else:
         if "energy" in obj:
             raise InvalidInput(f"{BODY}.energy", "only a run carries an energy")
-        if outcome == "done" and kind in log.done(claim):
-            raise ClaimError("act_recorded", f"{kind} is already recorded done for {claim!r}")
+        if outcome == "done" and kind in log.done(claim, rule):
+            raise ClaimError(
+                "act_recorded", f"{kind} is already recorded done for {claim!r} under {rule}"
+            )
         evidence = evidence_of(pool, state, now)[0].to_json()
     record = {
         "at_ms": now,
         "claim": claim,
         "entitlement": state.admitted.entitlement,
         "job": job,
+        "rule": rule,
         "kind": kind,
         "outcome": outcome,
         "reason": None,
         "detail": detail,
         "evidence": evidence,
-        "policy": service.runtime.to_json(),
+        "policy": policies(service).of(rule).to_json(),
     }
     log.append(record)
     if kind == "requeue" and outcome == "done":
@@ -204,10 +228,10 @@ def list_actions(
     service: Service = Depends(served),
 ) -> Response:
     """The action log, newest first (API.md "Run time"): filters `entitlement` (its
-    subtree), `kind`, `since_ms`, `claim`, `limit`; a tenant or bridge token sees its own
+    subtree), `rule`, `kind`, `since_ms`, `claim`, `limit`; a tenant or bridge token sees its own
     subtree (a bridge reads a requeued job's earlier runs back at its release)."""
     query = request.query_params
-    unknown = sorted(set(query) - {"entitlement", "kind", "since_ms", "claim", "limit"})
+    unknown = sorted(set(query) - {"entitlement", "kind", "since_ms", "claim", "limit", "rule"})
     if unknown:
         raise InvalidInput(unknown[0], "unknown query parameter")
     if not (who.operator or who.bridge or who.tenant is not None):
@@ -226,7 +250,15 @@ def list_actions(
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput("limit", f"must be between 1 and {MAX_LIMIT}")
     out = visible_actions(
-        log, tree, who, limit, entitlement, query.get("kind"), since, query.get("claim")
+        log,
+        tree,
+        who,
+        limit,
+        entitlement,
+        query.get("kind"),
+        since,
+        query.get("claim"),
+        query.get("rule"),
     )
     return JSONResponse({"actions": out})
 
@@ -240,10 +272,11 @@ def visible_actions(
     kind: str | None = None,
     since_ms: int | None = None,
     claim: str | None = None,
+    rule: str | None = None,
 ) -> list[dict[str, Any]]:
     """API.md `GET /v1/actions`: the newest `limit` records of the action log `who` may
     see (its subtree), matching the filters, each claim id as `who` names it (DESIGN.md
     §7); the dashboard's recent acts are this same reading."""
     roots = [r for r in (who.subtree, entitlement) if r is not None]
-    found = log.read(matching(tree, roots, kind, since_ms, claim), limit)
+    found = log.read(matching(tree, roots, kind, since_ms, claim, rule), limit)
     return [{**r, "claim": shown_id(who.tenant, r["claim"])} for r in found]

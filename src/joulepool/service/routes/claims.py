@@ -168,7 +168,13 @@ def claim_state(
     from joulepool.views.live import live_claim_json
 
     return JSONResponse(
-        live_claim_json(pool, state, shown_id(who.tenant, state.claim), pool.now_ms())
+        live_claim_json(
+            pool,
+            state,
+            shown_id(who.tenant, state.claim),
+            pool.now_ms(),
+            None if service.actions is None else service.actions.latest,
+        )
     )
 
 

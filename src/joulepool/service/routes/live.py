@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from joulepool.claim_id import shown_id
 from joulepool.errors import InvalidInput
-from joulepool.live import parse_progress, parse_reading
+from joulepool.live import parse_progress, parse_reading, parse_waiting
 from joulepool.service import models as m
 from joulepool.service.body import BODY, documented, json_body
 from joulepool.service.boundary import CLAIM_PREFIX
@@ -21,7 +21,7 @@ from joulepool.service.deps import (
     require_scope,
     served,
 )
-from joulepool.service.live_models import ProgressIn, ReadingIn
+from joulepool.service.live_models import ProgressIn, ReadingIn, WaitingIn
 from joulepool.service.routes.claims import visible_claim
 from joulepool.service.served import Service
 from joulepool.service.tokens import Principal
@@ -54,6 +54,29 @@ async def readings(
         await run_in_threadpool(visible_claim, pool, who, claim_id)
     await run_in_threadpool(pool.record_reading, claim_id, reading, job)
     return JSONResponse({"claim": claim_id, "at_ms": reading.at_ms})
+
+
+@router.post(
+    "/v1/claims/{claim_id:path}/waiting",
+    responses=_CLAIM_ERRORS,
+    tags=["run time"],
+    openapi_extra=documented(WaitingIn),
+)
+async def waiting(
+    claim_id: str,
+    request: Request,
+    who: Principal = Depends(operator_or_bridge),
+    service: Service = Depends(served),
+) -> Response:
+    """Keep that an admitted claim's job waits for resources: where, for how many GPUs and
+    since when (DESIGN.md §7), what preemption (§5.2) reclaims capacity for. An operator's
+    or a bridge token's, a bridge's for its subtree's claims only."""
+    report, job = parse_waiting(await json_body(request), BODY)
+    pool = service.ready_pool()
+    if not who.operator:
+        await run_in_threadpool(visible_claim, pool, who, claim_id)
+    await run_in_threadpool(pool.record_waiting, claim_id, report, job)
+    return JSONResponse({"claim": claim_id, "at_ms": report.at_ms})
 
 
 @router.post(
@@ -117,5 +140,6 @@ def list_claims(
     cursor = _figure(query.get("cursor"), "cursor") or 0
     found, after = page(pool, where, cursor, DEFAULT_PAGE if limit is None else limit)
     now_ms = pool.now_ms()
-    out = [live_claim_json(pool, s, shown_id(who.tenant, s.claim), now_ms) for s in found]
+    acts = None if service.actions is None else service.actions.latest
+    out = [live_claim_json(pool, s, shown_id(who.tenant, s.claim), now_ms, acts) for s in found]
     return JSONResponse({"claims": out, "next_cursor": after})

@@ -182,6 +182,14 @@ function cell(field, value, shown) {
   return el("td", { "data-field": field, "data-value": value ?? "" }, shown);
 }
 
+function lastAct(live) {
+  if (live.waiting) return `waiting for ${live.waiting.gpus} GPU in ${live.waiting.partition} since ${utc(live.waiting.since_ms)}`;
+  if (live.last_act === undefined) return UNKNOWN;
+  if (live.last_act === null) return "none";
+  const a = live.last_act;
+  return `${a.rule} ${a.kind} ${a.outcome}${a.reason ? ` (${a.reason})` : ""} ${utc(a.at_ms)}`;
+}
+
 function drawRunning(data) {
   const body = document.querySelector("#running tbody");
   const rows = data.running.map((c) => {
@@ -200,23 +208,24 @@ function drawRunning(data) {
       cell("units", live.units, units),
       cell("realised_cost", live.realised_cost, known(live.realised_cost, (q) => `${q} µJ/unit`)),
       cell("reservation_used_pct", live.reservation_used_pct, known(live.reservation_used_pct, (p) => `${p} %`)),
-      cell("exhausts_at_ms", live.exhausts_at_ms, known(live.exhausts_at_ms, utc)));
+      cell("exhausts_at_ms", live.exhausts_at_ms, known(live.exhausts_at_ms, utc)),
+      cell("last_act", live.last_act ? live.last_act.kind : null, lastAct(live)));
   });
-  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 11, class: "empty" }, "no claim running in this token's scope"))]));
+  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 12, class: "empty" }, "no claim running in this token's scope"))]));
   document.getElementById("running-more").textContent = data.running_more ? `(${data.running_more} more not listed)` : "";
 }
 
 function drawActions(data) {
   const body = document.querySelector("#actions tbody");
   if (data.recent_actions === null) {
-    body.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "this service keeps no action log")));
+    body.replaceChildren(el("tr", {}, el("td", { colspan: 9, class: "empty" }, "this service keeps no action log")));
     return;
   }
-  const rows = data.recent_actions.map((a) => el("tr", { "data-claim": a.claim, "data-kind": a.kind },
+  const rows = data.recent_actions.map((a) => el("tr", { "data-claim": a.claim, "data-kind": a.kind, "data-rule": a.rule ?? "over_reservation" },
     el("td", {}, utc(a.at_ms)), el("td", { class: "claim", title: a.claim }, a.claim), el("td", {}, a.entitlement),
-    el("td", {}, a.job ?? UNKNOWN), el("td", {}, a.kind), el("td", {}, a.outcome),
+    el("td", {}, a.job ?? UNKNOWN), el("td", {}, a.rule ?? "over_reservation"), el("td", {}, a.kind), el("td", {}, a.outcome),
     el("td", {}, a.reason ?? ""), el("td", {}, a.detail ?? "")));
-  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 8, class: "empty" }, "no act recorded"))]));
+  body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { colspan: 9, class: "empty" }, "no act recorded"))]));
 }
 
 function drawLedger(data) {
