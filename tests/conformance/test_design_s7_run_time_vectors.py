@@ -55,8 +55,55 @@ def test_design_s7_every_live_verdict_and_reason_has_a_vector() -> None:
     assert all(e["realised_cost"] is None for e in answers if e["units"] in (0, None))
 
 
+def test_design_s7_every_answer_idle_act_can_give_has_a_vector() -> None:
+    answers = {(e.get("kind", "error"), e.get("reason")) for e in expectations("idle_act")}
+    assert answers == {
+        (None, None),
+        ("error", None),
+        ("report", "idle"),
+        ("notice", "idle"),
+        ("requeue", "idle_after_notice"),
+        ("cancel", "idle_after_notice"),
+        ("withheld", "not_contended"),
+        # A notice outstanding is cleared by each verdict other than idle, with its reason.
+        ("withheld", "working"),
+        ("withheld", "progress"),
+        ("withheld", "no_reading"),
+        ("withheld", "stale"),
+        ("withheld", "unobserved"),
+        ("withheld", "window_too_short"),
+    }
+
+
+def test_design_s7_every_victims_outcome_has_a_vector() -> None:
+    answers = expectations("victims")
+    assert any("error" in e for e in answers)
+    results = [e for e in answers if "error" not in e]
+    assert all(set(e) == {"victims", "uncovered"} for e in results)
+    # Victims taken, a waiter left uncovered, both at once, and neither.
+    assert {(bool(e["victims"]), bool(e["uncovered"])) for e in results} == {
+        (True, False),
+        (False, True),
+        (True, True),
+        (False, False),
+    }
+    # Two waiters served by different victims, and one waiter served by two.
+    assert any(len({v["for"] for v in e["victims"]}) == 2 for e in results)
+    assert any(
+        len(e["victims"]) == 2 and len({v["for"] for v in e["victims"]}) == 1 for e in results
+    )
+
+
+MUST = {
+    "over_reservation": "acts",
+    "idle_act": "acts",
+    "victims": "acts",
+    "live_projection": "live",
+}
+
+
 def test_design_s7_run_time_vectors_say_their_section() -> None:
     for vector in load_vectors(VECTORS):
-        if vector.case.get("op") in ("over_reservation", "live_projection"):
+        if vector.case.get("op") in MUST:
             assert vector.section == "design-7", vector.path
-            assert vector.must == ("acts" if vector.case["op"] == "over_reservation" else "live")
+            assert vector.must == MUST[vector.case["op"]], vector.path

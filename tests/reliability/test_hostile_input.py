@@ -333,6 +333,43 @@ VALID_CASES: list[dict[str, Any]] = [
         "now_ms": 60_000,
     },
     {
+        "op": "idle_act",
+        "policy": {"window_us": 10, "threshold_uw": 5, "action": "requeue", "notice_s": 1},
+        "live": {"verdict": "working", "reason": "progress"},
+        "contended": True,
+        "state": {"done": ["notice"], "notice_at_ms": 0},
+        "now_ms": 1000,
+    },
+    {
+        "op": "victims",
+        "policy": {"action": "requeue", "after_s": 0, "cooldown_s": 1},
+        "now_ms": 10_000,
+        "waiting": [
+            {
+                "claim": "w",
+                "entitlement": "a",
+                "priority": 5,
+                "partition": "p",
+                "gpus": 2,
+                "since_ms": 0,
+                "requeued_at_ms": None,
+            }
+        ],
+        "running": [
+            {
+                "claim": "r",
+                "entitlement": "a",
+                "priority": 1,
+                "partition": "p",
+                "gpus": 2,
+                "spent_uj": 9,
+                "units": 3,
+                "requeueable": True,
+                "requeued_at_ms": 0,
+            }
+        ],
+    },
+    {
         "op": "replay",
         "steward": STEWARD.kid,
         "public_key_hex": STEWARD.public_key.hex(),

@@ -18,7 +18,13 @@ from joulepool.claim import Claim
 from joulepool.errors import InvalidInput
 from joulepool.estimate import DEFAULT_REQUIRED, Observation, derive_estimate
 from joulepool.grade import Energy
-from joulepool.idle import IdleObservation, IdlePolicy, idle_verdicts, reclamation_order
+from joulepool.idle import (
+    IdleObservation,
+    IdlePolicy,
+    NoVerdictReason,
+    idle_verdicts,
+    reclamation_order,
+)
 from joulepool.live import (
     DEFAULT_SAMPLE_PERIOD_MS,
     MAX_PERIOD_MS,
@@ -35,6 +41,15 @@ from joulepool.live import (
     window_ms,
 )
 from joulepool.preemption import Workload, preemption_order, realised_cost
+from joulepool.reclaim import (
+    RuleState,
+    Running,
+    Waiting,
+    idle_due,
+    parse_idle_acts,
+    parse_preemption,
+    victims,
+)
 from joulepool.tree import Tree, Usage
 
 Result = dict[str, Any]
@@ -258,3 +273,145 @@ def op_live_projection(case: Mapping[str, Any]) -> Result:
     ).to_json()
     del figures["job"], figures["waiting"]
     return figures
+
+
+LIVE_REASONS: dict[str, tuple[str | None, ...]] = {
+    "idle": (None,),
+    "working": (None, "progress"),
+    "nothing_held": (None,),
+    "no_verdict": (NO_READING, STALE, *(r.value for r in NoVerdictReason)),
+}
+"""The reasons a live projection gives beside each §2.7 verdict (DESIGN.md §7)."""
+
+
+def _done(state: Mapping[str, Any], where: str) -> frozenset[str]:
+    done = state.get("done", [])
+    if not isinstance(done, list) or any(type(k) is not str or k not in KINDS for k in done):
+        raise InvalidInput(f"{where}.done", f"must be a list of {', '.join(KINDS)}")
+    return frozenset(done)
+
+
+def op_idle_act(case: Mapping[str, Any]) -> Result:
+    """DESIGN.md §7: the act `[idle]` makes due now (`reclaim.idle_due`). `policy` is
+    pool.toml's `[idle]` table (§2.7's `window_us` and `threshold_uw` beside `action`,
+    `notice_s` and `when`); `live` the projection's `{"verdict", "reason"?}`; `state` the
+    action log's `{"done"?, "notice_at_ms"?}` for the claim and rule."""
+    check_keys(case, "", ("op", "policy", "live", "contended", "state", "now_ms"))
+    table = check_keys(case["policy"], "policy", (), ("window_us", "threshold_uw", *ACT_KEYS))
+    configured = idle_policy_from_json(
+        {k: v for k, v in table.items() if k not in ACT_KEYS}
+    ).configured
+    policy = parse_idle_acts({k: v for k, v in table.items() if k in ACT_KEYS}, "policy")
+    live = check_keys(case["live"], "live", ("verdict",), ("reason",))
+    verdict = live["verdict"]
+    if type(verdict) is not str or verdict not in LIVE_REASONS:
+        raise InvalidInput("live.verdict", f"must be one of {', '.join(LIVE_REASONS)}")
+    reason = live.get("reason")
+    if reason not in LIVE_REASONS[verdict] or (reason is not None and type(reason) is not str):
+        raise InvalidInput("live.reason", f"is not a reason the verdict {verdict} gives")
+    contended = case["contended"]
+    if type(contended) is not bool:
+        raise InvalidInput("contended", "must be true or false")
+    state = check_keys(case["state"], "state", (), ("done", "notice_at_ms"))
+    notice_at = state.get("notice_at_ms")
+    due = idle_due(
+        policy,
+        configured,
+        verdict,
+        reason,
+        contended,
+        RuleState(
+            _done(state, "state"),
+            None if notice_at is None else check_figure(notice_at, "state.notice_at_ms"),
+        ),
+        check_figure(case["now_ms"], "now_ms"),
+    )
+    return {"kind": due.kind, "reason": due.reason}
+
+
+ACT_KEYS = ("action", "notice_s", "when")
+"""The keys of `[idle]` that say what is done with an idle verdict (DESIGN.md §7)."""
+
+
+def _claim_fields(item: Mapping[str, Any], where: str) -> tuple[str, str, int, str | None, int]:
+    """claim, entitlement, priority, partition (a string or null) and gpus of an item."""
+    partition = item.get("partition")
+    if partition is not None:
+        partition = check_text(partition, f"{where}.partition")
+    return (
+        check_text(item["claim"], f"{where}.claim"),
+        check_text(item["entitlement"], f"{where}.entitlement"),
+        check_figure(item["priority"], f"{where}.priority"),
+        partition,
+        check_figure(item["gpus"], f"{where}.gpus"),
+    )
+
+
+def _optional_figure(item: Mapping[str, Any], name: str, where: str) -> int | None:
+    value = item.get(name)
+    return None if value is None else check_figure(value, f"{where}.{name}")
+
+
+def _running(item: Any, where: str) -> Running:
+    # `partition` may be null (unknown), so it is checked present on the raw object:
+    # check_keys reads a null optional field as absent.
+    given = check_keys(
+        item,
+        where,
+        ("claim", "entitlement", "priority", "gpus"),
+        ("partition", "spent_uj", "units", "requeueable", "requeued_at_ms"),
+    )
+    if "partition" not in item:
+        raise InvalidInput(f"{where}.partition", "missing")
+    requeueable = given.get("requeueable", True)
+    if type(requeueable) is not bool:
+        raise InvalidInput(f"{where}.requeueable", "must be true or false")
+    return Running(
+        *_claim_fields(given, where),
+        _optional_figure(given, "spent_uj", where),
+        _optional_figure(given, "units", where),
+        requeueable,
+        _optional_figure(given, "requeued_at_ms", where),
+    )
+
+
+def _waiting(item: Any, where: str) -> Waiting:
+    given = check_keys(
+        item,
+        where,
+        ("claim", "entitlement", "priority", "gpus", "since_ms"),
+        ("partition", "requeued_at_ms"),
+    )
+    if "partition" not in item:
+        raise InvalidInput(f"{where}.partition", "missing")
+    return Waiting(
+        *_claim_fields(given, where),
+        check_figure(given["since_ms"], f"{where}.since_ms"),
+        _optional_figure(given, "requeued_at_ms", where),
+    )
+
+
+def op_victims(case: Mapping[str, Any]) -> Result:
+    """DESIGN.md §7, standard §5.2: the running claims to requeue for the waiting ones
+    (`reclaim.victims`). `policy` is pool.toml's `[preemption]` table; `waiting` items are
+    `{"claim", "entitlement", "priority", "partition": s | null, "gpus", "since_ms",
+    "requeued_at_ms"?}`, `running` items `{"claim", "entitlement", "priority", "partition",
+    "gpus", "spent_uj"?, "units"?, "requeueable"?, "requeued_at_ms"?}`. A claim named twice,
+    in either list or across both, is refused."""
+    check_keys(case, "", ("op", "policy", "now_ms", "waiting", "running"))
+    policy = parse_preemption(case["policy"], "policy")
+    now_ms = check_figure(case["now_ms"], "now_ms")
+    waiting = [_waiting(x, f"waiting[{i}]") for i, x in enumerate(_list(case, "waiting"))]
+    running = [_running(x, f"running[{i}]") for i, x in enumerate(_list(case, "running"))]
+    claims = [(f"waiting[{i}]", w.claim) for i, w in enumerate(waiting)]
+    claims += [(f"running[{i}]", r.claim) for i, r in enumerate(running)]
+    seen: set[str] = set()
+    for where, claim in claims:
+        if claim in seen:
+            raise InvalidInput(f"{where}.claim", f"claim {claim!r} appears twice")
+        seen.add(claim)
+    taken, uncovered = victims(policy, waiting, running, now_ms)
+    return {
+        "victims": [{"claim": v.claim, "for": v.for_claim} for v in taken],
+        "uncovered": uncovered,
+    }

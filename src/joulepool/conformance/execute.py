@@ -23,6 +23,8 @@ OPERATIONS: dict[str, Operation] = {
     "idle": decisions.op_idle,
     "over_reservation": decisions.op_over_reservation,
     "live_projection": decisions.op_live_projection,
+    "idle_act": decisions.op_idle_act,
+    "victims": decisions.op_victims,
     "seal": ledger_ops.op_seal,
     "replay": ledger_ops.op_replay,
     "period_usage": ledger_ops.op_period_usage,
