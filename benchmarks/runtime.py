@@ -17,8 +17,8 @@
   /v1/actions/due` runs: the reservation as a limit, §2.7 idle acts and §5.2 victims) over
   10,000 running claims in a `Pool` (every claim with a fresh reading over a whole idle
   window and reported progress; 100 of them waiting for resources, in 10 partitions, over
-  8 entitlements of 4 priorities), the median of DUE_ROUNDS; `due_ratio_to_limit_only` sets
-  it beside the same pass under the reservation limit alone. Goal < 50 ms. `--due-only`
+  8 entitlements of 4 priorities: every running claim is a candidate, the worst case), the
+  median of DUE_ROUNDS; `due_ratio_to_goal` sets it beside the goal, 50 ms. `--due-only`
   runs this part alone.
 """
 
@@ -226,6 +226,7 @@ def post_readings(url: str, token: str, count: int, seconds: float) -> None:
 DUE_CLAIMS = 10_000
 DUE_WAITING = 100
 DUE_ROUNDS = int(os.environ.get("BENCH_DUE_ROUNDS", "7"))
+DUE_GOAL_S = 0.05
 RECLAIM = """
 [idle]
 window_us = 60000000
@@ -247,7 +248,6 @@ def due_timing() -> dict[str, Any]:
     from joulepool.deployment.open import open_pool
     from joulepool.grade import Energy, Grade
     from joulepool.live import Job, Progress, Reading, WaitReport
-    from joulepool.reclaim import DEFAULT_IDLE_ACTS, DEFAULT_PREEMPTION
     from joulepool.views.actions import NoBook, Policies, due_items
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -295,30 +295,24 @@ def due_timing() -> dict[str, Any]:
             full = Policies(
                 config.runtime_policy, config.idle_acts_policy, config.preemption_policy
             )
-            only_limit = Policies(full.runtime, DEFAULT_IDLE_ACTS, DEFAULT_PREEMPTION)
             rounds: list[float] = []
-            limit_rounds: list[float] = []
             kinds: dict[str, int] = {}
             for _ in range(DUE_ROUNDS):
                 t = time.perf_counter()
                 items = due_items(pool, full, NoBook(), now)
                 rounds.append(time.perf_counter() - t)
-                t = time.perf_counter()
-                due_items(pool, only_limit, NoBook(), now)
-                limit_rounds.append(time.perf_counter() - t)
             for item in items:
                 key = f"{item.rule}:{item.due.kind}"
                 kinds[key] = kinds.get(key, 0) + 1
         finally:
             pool.close()
-    due, limit_only = statistics.median(rounds), statistics.median(limit_rounds)
+    due = statistics.median(rounds)
     return {
         "due_claims": DUE_CLAIMS,
         "due_waiting": DUE_WAITING,
         "due_s_10k": round(due, 4),
         "due_s_10k_rounds": [round(r, 4) for r in rounds],
-        "due_s_10k_limit_only": round(limit_only, 4),
-        "due_ratio_to_limit_only": round(due / limit_only, 3),
+        "due_ratio_to_goal": round(due / DUE_GOAL_S, 3),
         "due_items_by_rule": kinds,
     }
 

@@ -38,7 +38,7 @@ def test_action_log_reads_newest_first_and_remembers_what_was_done(tmp_path: Pat
     log.append(record(3, claim="c2", kind="cancel", outcome="failed"))
     assert [r["at_ms"] for r in log.read()] == [3, 2, 1]
     assert [r["at_ms"] for r in log.read(lambda r: r["claim"] == "c1", 1)] == [2]
-    assert log.counts[("notice", "done")] == 1
+    assert log.counts[("over_reservation", "notice", "done")] == 1
     again = ActionLog(tmp_path / ACTIONS)
     assert again.done("c1") == frozenset({"notice"})
     # A failed act is not done: it stays due.
@@ -97,3 +97,31 @@ def test_action_log_an_append_after_a_torn_line_is_kept_whole(tmp_path: Path) ->
     again = ActionLog(path)
     assert [r["at_ms"] for r in again.read()] == [3, 1]
     assert again.done("c3") == frozenset({"cancel"}) and again.skipped == 1
+
+
+def test_action_log_keeps_each_rules_state_per_claim_and_run(tmp_path: Path) -> None:
+    """DESIGN.md §7: what the rules decide on. A notice is outstanding until a `withheld`
+    of its rule; a requeue done starts idle and preemption over (a new run), not the
+    reservation limit; a record without a rule is the limit's; all of it survives a restart."""
+    path = tmp_path / ACTIONS
+    log = ActionLog(path)
+    log.append(record(1))  # written before rules existed: the limit's
+    log.append({**record(2), "rule": "idle"})
+    assert log.done("c1") == {"notice"} and log.done("c1", "idle") == {"notice"}
+    assert log.notice_at("c1", "idle") == 2 and log.notice_at("c1", "preemption") is None
+    log.append({**record(3, kind="withheld", outcome="withheld"), "rule": "idle"})
+    assert log.notice_at("c1", "idle") is None
+    assert log.notice_at("c1", "over_reservation") == 1
+    log.append({**record(4), "rule": "preemption"})
+    log.append({**record(5, kind="requeue"), "rule": "preemption"})
+    for again in (log, ActionLog(path)):
+        assert again.requeued_at("c1") == 5
+        assert again.done("c1", "preemption") == frozenset()
+        assert again.notice_at("c1", "preemption") is None
+        assert again.done("c1") == {"notice"}  # the limit counts the whole claim
+        latest = again.latest("c1")
+        assert latest is not None
+        assert (latest["rule"], latest["kind"], latest["at_ms"]) == ("preemption", "requeue", 5)
+        assert again.latest("c2") is None
+    with pytest.raises(InvalidInput):
+        log.append({**record(6), "rule": "vibes"})

@@ -121,7 +121,7 @@ def test_reclaim_idle_not_idle_withholds_an_outstanding_notice_with_its_reason()
     assert idle(verdict="working", state=NOTICED) == Due("withheld", "working")
     assert idle(verdict="working", reason="progress", state=NOTICED) == Due("withheld", "progress")
     assert idle(verdict="no_verdict", reason="stale", state=NOTICED) == Due("withheld", "stale")
-    assert idle(verdict="nothing_held", state=NOTICED) == Due("withheld", "working")
+    assert idle(verdict="nothing_held", state=NOTICED) == Due("withheld", "nothing_held")
     assert idle(verdict="working") == NOTHING
     assert idle(verdict="no_verdict", reason="no_reading") == NOTHING
 

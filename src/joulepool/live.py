@@ -130,6 +130,9 @@ class ClaimLive:
     advanced_at_ms: int | None = None
     """When its reported units last went up: a workload completing units is working (§2.7)."""
     waiting: WaitReport | None = None
+    cached: tuple[tuple[object, ...], Projection] | None = None
+    """The last fresh projection and what it was computed from: the figures change only
+    with a reading, a report or the policy, so a pass over every claim recomputes none."""
 
     @property
     def latest(self) -> Reading | None:
@@ -378,6 +381,36 @@ def project(
             job,
             waiting,
         )
+    inputs = (
+        policy,
+        held_devices,
+        reserved_uj,
+        latest,
+        progress,
+        live.advanced_at_ms,
+        job,
+        waiting,
+        key,
+    )
+    if live.cached is not None and live.cached[0] == inputs:
+        return live.cached[1]
+    found = _fresh(live, latest, policy, key, held_devices, reserved_uj, waiting)
+    live.cached = (inputs, found)
+    return found
+
+
+def _fresh(
+    live: ClaimLive,
+    latest: Reading,
+    policy: IdlePolicy,
+    key: str,
+    held_devices: int,
+    reserved_uj: int,
+    waiting: WaitReport | None,
+) -> Projection:
+    """`project` of a claim whose latest reading is fresh (see `project`)."""
+    progress, job = live.progress, live.job
+    units = progress.units if progress is not None else None
     base = _window_base(live.samples, latest, window_ms(policy))
     span_uj = latest.energy.uj - base.energy.uj
     observed_us = (latest.at_ms - base.at_ms) * 1000

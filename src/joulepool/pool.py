@@ -704,11 +704,12 @@ class Pool:
 
         A reading dated further ahead of this clock than `READING_AHEAD_MS` is refused:
         it would stay fresh for as long as it is ahead."""
-        self._running(claim_id)
+        state = self._running(claim_id)
         if reading.at_ms > self.now_ms() + READING_AHEAD_MS:
             raise InvalidInput("at_ms", f"{reading.at_ms} is ahead of this clock")
         with self._live_lock:
             self.live.reading(claim_id, reading, job, window_ms(self.idle_policy))
+            self._project_now(state)
 
     def record_waiting(self, claim_id: str, waiting: WaitReport, job: Job | None = None) -> None:
         """Keep that a running claim's job waits for resources (DESIGN.md §7): soft state,
@@ -721,9 +722,10 @@ class Pool:
 
     def record_progress(self, claim_id: str, progress: Progress) -> None:
         """Keep a running claim's completed units, cumulative (§5.1; API.md "Run time")."""
-        self._running(claim_id)
+        state = self._running(claim_id)
         with self._live_lock:
             self.live.progress(claim_id, progress)
+            self._project_now(state)
 
     def forget_live(self, claim_id: str) -> None:
         """Drop a released claim's soft state."""
@@ -745,6 +747,48 @@ class Pool:
                 now_ms=self.now_ms() if now_ms is None else now_ms,
                 sample_period_ms=found.every_ms if found is not None else DEFAULT_SAMPLE_PERIOD_MS,
             )
+
+    def _project_now(self, state: ClaimState) -> None:
+        """Project a claim as its evidence arrives (under the live lock), so a pass over
+        every running claim finds each projection made (`ClaimLive.cached`)."""
+        found = self.live.get(state.claim)
+        if found is not None and found.latest is not None:
+            project(
+                found,
+                key=state.claim,
+                policy=self.idle_policy,
+                held_devices=state.admitted.devices,
+                reserved_uj=state.admitted.reserved.uj,
+                now_ms=found.latest.at_ms,
+                sample_period_ms=found.every_ms,
+            )
+
+    def projections(
+        self, states: Sequence[ClaimState], now_ms: int
+    ) -> list[Projection | None]:
+        """`projection` of each of `states` at one instant, under one hold of the lock: what
+        a pass over every running claim reads (DESIGN.md §7)."""
+        out: list[Projection | None] = []
+        with self._live_lock:
+            for state in states:
+                if not state.running:
+                    out.append(None)
+                    continue
+                found = self.live.get(state.claim)
+                out.append(
+                    project(
+                        found,
+                        key=state.claim,
+                        policy=self.idle_policy,
+                        held_devices=state.admitted.devices,
+                        reserved_uj=state.admitted.reserved.uj,
+                        now_ms=now_ms,
+                        sample_period_ms=(
+                            found.every_ms if found is not None else DEFAULT_SAMPLE_PERIOD_MS
+                        ),
+                    )
+                )
+        return out
 
     def _claim_state(self, claim_id: str) -> ClaimState | None:
         running = self.state.open_claim(claim_id)

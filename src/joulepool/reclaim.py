@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from joulepool.acts import MAX_NOTICE_S, Due
 from joulepool.checks import check_figure, check_text
 from joulepool.errors import InvalidInput
-from joulepool.preemption import Workload, preemption_order
+from joulepool.preemption import order_of
 
 IDLE_ACTIONS = ("report", "requeue", "cancel")
 """What `[idle] action` may say: `report` never acts."""
@@ -51,6 +51,10 @@ class IdleActs:
     notice_s: int = 300
     when: str = "always"
 
+    def to_json(self) -> dict[str, object]:
+        """As the action log and `GET /v1/actions/due` record it."""
+        return {"action": self.action, "notice_s": self.notice_s, "when": self.when}
+
 
 @dataclass(frozen=True, slots=True)
 class PreemptionPolicy:
@@ -60,6 +64,15 @@ class PreemptionPolicy:
     after_s: int = 600
     notice_s: int = 300
     cooldown_s: int = 3600
+
+    def to_json(self) -> dict[str, object]:
+        """As the action log and `GET /v1/actions/due` record it."""
+        return {
+            "action": self.action,
+            "after_s": self.after_s,
+            "notice_s": self.notice_s,
+            "cooldown_s": self.cooldown_s,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +162,7 @@ def idle_due(
         return Due(None, None)
     if verdict != "idle":
         if state.notice_at_ms is not None:
-            return Due("withheld", reason or "working")
+            return Due("withheld", reason or verdict)
         return Due(None, None)
     if policy.when == "contended" and not contended:
         return Due("withheld", "not_contended")
@@ -245,8 +258,8 @@ def _candidates(policy: PreemptionPolicy, running: Sequence[Running], now_ms: in
     }
     # §5.1: no fresh measured figure or no completed unit is an undefined cost, ranked by
     # priority after every defined one (§5.2), never as though it were known.
-    order = preemption_order(
-        Workload(r.claim, r.spent_uj or 0, 0 if r.spent_uj is None else r.units or 0, r.priority)
+    order = order_of(
+        (r.claim, r.spent_uj or 0, 0 if r.spent_uj is None else r.units or 0, r.priority)
         for r in eligible.values()
     )
     return [eligible[key] for key in order]
@@ -367,3 +380,9 @@ def preemption_due(
     if _after_notice(policy.notice_s, state, now_ms):
         return Due("requeue", "preempted_for")
     return Due(None, None)
+
+
+IDLE_ACT_KEYS = frozenset({"action", "notice_s", "when"})
+"""The keys of `[idle]` that say what an idle verdict does (the rest are §2.7's)."""
+DEFAULT_IDLE_ACTS = IdleActs()
+DEFAULT_PREEMPTION = PreemptionPolicy()

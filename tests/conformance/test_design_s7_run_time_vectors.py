@@ -65,8 +65,10 @@ def test_design_s7_every_answer_idle_act_can_give_has_a_vector() -> None:
         ("requeue", "idle_after_notice"),
         ("cancel", "idle_after_notice"),
         ("withheld", "not_contended"),
-        # A notice outstanding is cleared by each verdict other than idle, with its reason.
+        # A notice outstanding is cleared by each verdict other than idle, with its reason
+        # (a verdict that has none names itself).
         ("withheld", "working"),
+        ("withheld", "nothing_held"),
         ("withheld", "progress"),
         ("withheld", "no_reading"),
         ("withheld", "stale"),

@@ -114,7 +114,7 @@ def test_actions_notice_then_the_act_each_once_recorded_with_evidence(
             assert log[0]["evidence"]["energy_uj"] == 110_001 * J
             metrics = ops.get("/metrics").text
         assert (
-            'pool_actions_total{rule="over_reservation",kind="cancel",outcome="done"} 1.0'
+            'pool_actions_total{kind="cancel",outcome="done",rule="over_reservation"} 1.0'
             in metrics
         )
         # The CLI reads the same records from the file beside the ledger.

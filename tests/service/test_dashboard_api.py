@@ -233,7 +233,13 @@ def test_running_claims_show_the_live_figures_of_the_claims_list_and_the_newest_
         seen = out["running"][2]["live"]
         assert (seen["energy_uj"], seen["power_uw"], seen["units"]) == (60 * 10**6, 10**6, 4)
         assert seen["realised_cost"] == "15000000/1"
-        assert seen["job"] == {"id": "77", "user": "ada", "name": "train.sh"}
+        assert seen["job"] == {
+            "id": "77",
+            "user": "ada",
+            "name": "train.sh",
+            "partition": None,
+            "requeue": True,
+        }
         quiet = out["running"][1]["live"]
         assert quiet["energy_uj"] is None and quiet["power_uw"] is None
         assert quiet["realised_cost"] is None and quiet["idle"]["reason"] == "no_reading"

@@ -25,6 +25,7 @@ KEYWORDS = {
 }  # fmt: skip
 # Series present only once their figure is known: a witnessed ledger, a kept snapshot.
 ONLY_WHEN_KNOWN = {
+    "pool_actions_total",  # a sample per (rule, kind, outcome) once one is recorded
     "pool_ledger_witnessed_length",
     "pool_ledger_witnessed_timestamp_seconds",
     "pool_snapshot_age_seconds",

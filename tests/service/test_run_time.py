@@ -86,7 +86,14 @@ def test_run_time_readings_give_power_verdict_share_and_exhaustion(
     assert live["reservation_used_pct"] == 27
     # 73 kJ left at 300 W: 243,333.33 ms after the last reading, rounded up.
     assert live["exhausts_at_ms"] == t + 90_000 + 243_334
-    assert live["job"] == {"id": "4242", "user": "ann", "name": "train"}
+    # Absent from the readings: no partition known; a job may be requeued unless told not.
+    assert live["job"] == {
+        "id": "4242",
+        "user": "ann",
+        "name": "train",
+        "partition": None,
+        "requeue": True,
+    }
     # One answer everywhere: the list carries the same live object.
     assert next(c for c in listed if c["claim"] == "busy")["live"] == live
 

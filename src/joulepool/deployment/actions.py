@@ -157,14 +157,15 @@ class ActionLog:
                 self._done.pop((claim, rule), None)
                 self._notice.pop((claim, rule), None)
                 self._last.pop((claim, rule), None)
+            if key[1] in PER_RUN:
+                return  # the new run starts with nothing done under its rules
         if outcome in DONE:
             self._done.setdefault(key, set()).add(kind)
         if kind == "notice" and outcome == "done":
             self._notice[key] = record["at_ms"]
         elif kind == "withheld":
             self._notice.pop(key, None)
-        if not (kind == "requeue" and outcome == "done" and key[1] in PER_RUN):
-            self._last[key] = (kind, record.get("reason"))
+        self._last[key] = (kind, record.get("reason"))
 
     def done(self, claim: str, rule: str = "over_reservation") -> frozenset[str]:
         """The kinds carried out (or reported) for `claim` under `rule` (this run's, for a
@@ -183,6 +184,11 @@ class ActionLog:
         with self._lock:
             found = self._latest.get(claim)
             return None if found is None else dict(found)
+
+    def touched(self, claim: str) -> bool:
+        """Whether the log holds any record of `claim` (a run aside): most claims have none,
+        and their state is known without building it."""
+        return claim in self._latest
 
     def requeued_at(self, claim: str) -> int | None:
         """When `claim`'s job was last requeued by an act, if ever."""

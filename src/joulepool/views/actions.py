@@ -44,6 +44,8 @@ class RuleBook(Protocol):
 
     def requeued_at(self, claim: str) -> int | None: ...
 
+    def touched(self, claim: str) -> bool: ...
+
 
 class NoBook:
     """A service that keeps no action log: nothing was ever done."""
@@ -60,9 +62,18 @@ class NoBook:
         """No job was requeued."""
         return None
 
+    def touched(self, _claim: str) -> bool:
+        """No claim has a record."""
+        return False
+
+
+NOTHING_DONE = RuleState()
+
 
 def rule_state(book: RuleBook, claim: str, rule: str) -> RuleState:
     """`claim`'s state under `rule` as the log tells it (DESIGN.md §7)."""
+    if not book.touched(claim):
+        return NOTHING_DONE
     return RuleState(book.done(claim, rule), book.notice_at(claim, rule), book.requeued_at(claim))
 
 
@@ -140,35 +151,46 @@ def _running_and_waiting(
     book: RuleBook,
 ) -> tuple[list[Running], list[Waiting]]:
     """What preemption decides over (§5.2): claims whose jobs wait for resources, and
-    claims whose jobs run where a fresh reading says so (a partition is known)."""
-    running: list[Running] = []
+    claims whose jobs run where a fresh reading says so (a partition is known). Running
+    claims only in partitions where some claim waits: no other could be a victim."""
+    tree = pool.tree
+    priorities: dict[str, int] = {}
+
+    def priority(ent: str) -> int:
+        if ent not in priorities:
+            found = tree.get(ent)
+            priorities[ent] = found.priority if found is not None else 0
+        return priorities[ent]
+
     waiting: list[Waiting] = []
     for state, proj in claims:
-        if proj is None:
-            continue
-        ent = state.admitted.entitlement
-        found = pool.tree.get(ent)
-        priority = found.priority if found is not None else 0
-        requeued = book.requeued_at(state.claim)
-        if proj.waiting is not None:
-            w = proj.waiting
+        if proj is not None and proj.waiting is not None:
+            w, ent = proj.waiting, state.admitted.entitlement
+            requeued = book.requeued_at(state.claim)
             waiting.append(
-                Waiting(state.claim, ent, priority, w.partition, w.gpus, w.since_ms, requeued)
+                Waiting(state.claim, ent, priority(ent), w.partition, w.gpus, w.since_ms, requeued)
             )
+    partitions = {w.partition for w in waiting}
+    running: list[Running] = []
+    for state, proj in claims:
+        if proj is None or proj.waiting is not None or proj.energy is None:
             continue
         job = proj.job
-        measured = proj.energy is not None and proj.energy.grade in MEASURED
+        if job is None or job.partition not in partitions:
+            continue
+        ent = state.admitted.entitlement
+        measured = proj.energy.grade in MEASURED
         running.append(
             Running(
                 state.claim,
                 ent,
-                priority,
-                job.partition if job is not None and proj.energy is not None else None,
+                priority(ent),
+                job.partition,
                 state.admitted.devices,
-                proj.energy.uj if measured and proj.energy is not None else None,
+                proj.energy.uj if measured else None,
                 proj.units,
-                job.requeue if job is not None else False,
-                requeued,
+                job.requeue,
+                book.requeued_at(state.claim),
             )
         )
     return running, waiting
@@ -184,46 +206,53 @@ def due_items(
     """Every running claim whose entitlement `visible` admits, in admission order, with what
     each rule makes due for it now; claims with nothing due are left out. Victims are chosen
     over every claim, whoever asks: what one bridge sees must not change who yields."""
-    claims = [(s, pool.projection(s, now_ms)) for s in pool.running_claims()]
+    states = pool.running_claims()
+    claims = list(zip(states, pool.projections(states, now_ms), strict=True))
     running, waiting = _running_and_waiting(pool, claims, book)
     chosen, _uncovered = victims(policies.preemption, waiting, running, now_ms)
     serves = {v.claim: v.for_claim for v in chosen}
     contended = {w.partition for w in waiting if w.partition is not None}
+    configured = pool.idle_policy.configured
     out: list[DueItem] = []
     for state, proj in claims:
         ent = state.admitted.entitlement
         if not visible(ent):
             continue
         claim = state.claim
+        # A claim the log has never named has nothing done, noticed or requeued: its state
+        # is known without asking, and a rule with nothing to act on and no notice to
+        # withdraw (not idle; not a victim) has nothing due.
+        touched = book.touched(claim)
         evidence, job = evidence_from(pool, state, proj)
-        found: list[tuple[Due, str, str | None]] = [
-            (due_act(policies.runtime, evidence, now_ms, book.done(claim)), OVER_RESERVATION, None)
-        ]
+        found: list[tuple[Due, str, str | None]] = []
+        done = book.done(claim) if touched else NOTHING_DONE.done
+        found.append((due_act(policies.runtime, evidence, now_ms, done), OVER_RESERVATION, None))
         if proj is not None and proj.waiting is None:
-            found.append(
-                (_idle(pool, policies.idle, proj, contended, book, claim, now_ms), IDLE, None)
-            )
+            if touched or proj.verdict == "idle":
+                idle = _idle(policies.idle, configured, proj, contended, book, claim, now_ms)
+                found.append((idle, IDLE, None))
             for_claim = serves.get(claim)
-            state_now = rule_state(book, claim, PREEMPTION)
-            due = preemption_due(
-                policies.preemption, for_claim is not None, for_claim, state_now, now_ms
-            )
-            found.append((due, PREEMPTION, for_claim))
+            if touched or for_claim is not None:
+                state_now = rule_state(book, claim, PREEMPTION)
+                due = preemption_due(
+                    policies.preemption, for_claim is not None, for_claim, state_now, now_ms
+                )
+                found.append((due, PREEMPTION, for_claim))
         for due, rule, for_claim in found:
             if due.kind is None:
                 continue
-            idle = None
+            shown = None
             if rule == IDLE and proj is not None:
-                idle = {"verdict": proj.verdict, "reason": proj.reason}
+                shown = {"verdict": proj.verdict, "reason": proj.reason}
             out.append(
-                DueItem(claim, ent, job, due, evidence, policies.of(rule), rule, for_claim, idle)
+                DueItem(claim, ent, job, due, evidence, policies.of(rule), rule, for_claim, shown)
             )
     return out
 
 
 def _idle(
-    pool: Pool,
     policy: IdleActs,
+    configured: bool,
     proj: Projection,
     contended: set[str],
     book: RuleBook,
@@ -236,7 +265,7 @@ def _idle(
     partition = job.partition if job is not None else None
     due = idle_due(
         policy,
-        pool.idle_policy.configured,
+        configured,
         proj.verdict,
         proj.reason,
         partition is not None and partition in contended,
