@@ -763,9 +763,7 @@ class Pool:
                 sample_period_ms=found.every_ms,
             )
 
-    def projections(
-        self, states: Sequence[ClaimState], now_ms: int
-    ) -> list[Projection | None]:
+    def projections(self, states: Sequence[ClaimState], now_ms: int) -> list[Projection | None]:
         """`projection` of each of `states` at one instant, under one hold of the lock: what
         a pass over every running claim reads (DESIGN.md §7)."""
         out: list[Projection | None] = []
