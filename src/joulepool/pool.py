@@ -291,6 +291,7 @@ class Pool:
         self._admitted_mono: dict[str, int] = {}
         # Running claims' readings and progress: soft state, never entries (DESIGN.md §7).
         self.live = LiveBook()
+        self._running_cache: tuple[tuple[int, int], list[ClaimState]] | None = None
         self._live_lock = threading.Lock()
         # Decisions, appends and readers take it; readers wait for a settled state under it.
         self._commit_lock = threading.RLock()
@@ -687,9 +688,17 @@ class Pool:
             return self._claim_state(claim_id)
 
     def running_claims(self) -> list[ClaimState]:
-        """Every running claim, in admission order (§6.2)."""
+        """Every running claim, in admission order (§6.2). Kept between calls while the
+        ledger state is unchanged: a pass over thousands of claims builds none of them."""
         with self._settled():
-            return [ClaimState(o.admitted.claim, o.admitted, o.seq) for o in self.state.running()]
+            key = (id(self.state), self.state.length)
+            cached = self._running_cache
+            if cached is None or cached[0] != key:
+                found = [
+                    ClaimState(o.admitted.claim, o.admitted, o.seq) for o in self.state.running()
+                ]
+                cached = self._running_cache = (key, found)
+            return list(cached[1])
 
     def _running(self, claim_id: str) -> ClaimState:
         found = self.claim_state(claim_id)
