@@ -125,3 +125,18 @@ def test_action_log_keeps_each_rules_state_per_claim_and_run(tmp_path: Path) -> 
         assert again.latest("c2") is None
     with pytest.raises(InvalidInput):
         log.append({**record(6), "rule": "vibes"})
+
+
+def test_action_log_appends_a_conditional_record_once_under_concurrency(tmp_path: Path) -> None:
+    """Two requests that both saw an act due, or a withheld state as new, record it once:
+    the check and the append are one step under the log's lock."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    log = ActionLog(tmp_path / ACTIONS)
+    withheld = {**record(1, kind="withheld", outcome="withheld"), "reason": "stale"}
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: log.append(withheld, if_changed=True), range(32)))
+        done = list(pool.map(lambda _: log.append(record(2), if_not_done=True), range(32)))
+    assert sum(r is not None for r in made) == 1
+    assert sum(r is not None for r in done) == 1
+    assert [r["kind"] for r in log.read()] == ["notice", "withheld"]

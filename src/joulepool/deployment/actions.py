@@ -203,15 +203,26 @@ class ActionLog:
         with self._lock:
             return self._last.get((claim, rule)) != (kind, reason)
 
-    def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        """Append one record, durably, before returning it (module docstring)."""
+    def append(
+        self, record: dict[str, Any], *, if_changed: bool = False, if_not_done: bool = False
+    ) -> dict[str, Any] | None:
+        """Append one record, durably, before returning it (module docstring). With
+        `if_changed`, only if its (kind, reason) differs from the claim's last record under
+        its rule; with `if_not_done`, only if its kind is not recorded done under its rule:
+        checked and appended under one lock, so two requests at once record it once. None
+        where it was not appended."""
         if valid_record(record) is None:
             raise InvalidInput("action", "not an action record")
         line = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         data = line.encode("ascii") + b"\n"
         if len(data) > MAX_LINE:
             raise InvalidInput("action", f"a record over {MAX_LINE} bytes")
+        key = (record["claim"], rule_of(record))
         with self._lock:
+            if if_changed and self._last.get(key) == (record["kind"], record.get("reason")):
+                return None
+            if if_not_done and record["kind"] in self._done.get(key, ()):
+                return None
             try:
                 size = self.path.stat().st_size
             except FileNotFoundError:

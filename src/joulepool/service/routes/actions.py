@@ -88,14 +88,10 @@ def due_now(service: Service) -> tuple[int, list[DueItem]]:
         for item in items:
             kind, reason = item.due.kind, item.due.reason
             # No reading since start is every claim's state after a restart: shown, not logged.
-            if (
-                kind == "withheld"
-                and reason != "no_reading"
-                and log.changed(item.claim, kind, reason, item.rule)
-            ):
-                log.append(_record(item, now, "withheld"))
+            if kind == "withheld" and reason != "no_reading":
+                log.append(_record(item, now, "withheld"), if_changed=True)
             elif kind == "report":
-                log.append(_record(item, now, "reported"))
+                log.append(_record(item, now, "reported"), if_not_done=True)
     return now, items
 
 
@@ -172,10 +168,7 @@ def _report(service: Service, body: object, who: Principal) -> tuple[dict[str, A
     else:
         if "energy" in obj:
             raise InvalidInput(f"{BODY}.energy", "only a run carries an energy")
-        if outcome == "done" and kind in log.done(claim, rule):
-            raise ClaimError(
-                "act_recorded", f"{kind} is already recorded done for {claim!r} under {rule}"
-            )
+
         evidence = evidence_of(pool, state, now)[0].to_json()
     record = {
         "at_ms": now,
@@ -190,7 +183,10 @@ def _report(service: Service, body: object, who: Principal) -> tuple[dict[str, A
         "evidence": evidence,
         "policy": policies(service).of(rule).to_json(),
     }
-    log.append(record)
+    if log.append(record, if_not_done=kind != "run" and outcome == "done") is None:
+        raise ClaimError(
+            "act_recorded", f"{kind} is already recorded done for {claim!r} under {rule}"
+        )
     if kind == "requeue" and outcome == "done":
         # The next run counts from its own start readings: the last run's are kept as a
         # `run` record by the bridge, and a new run's first reading must not look like a
