@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from joulepool.checks import check_figure
 from joulepool.errors import InvalidInput
@@ -92,8 +93,7 @@ def parse_runtime(table: object, where: str) -> RuntimePolicy:
     return RuntimePolicy(str(act), margin, notice)
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
+class Evidence(NamedTuple):
     """What an act rests on (DESIGN.md §7): the claim's reservation and its live figures,
     `energy` None where there is no fresh reading (`unknown` says why)."""
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from joulepool.acts import MAX_NOTICE_S, Due
 from joulepool.checks import check_figure, check_text
@@ -175,9 +176,10 @@ def idle_due(
     return Due(None, None)
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A pool-admitted claim pending in Slurm for resources, from a fresh report."""
+class Waiting(NamedTuple):
+    """A pool-admitted claim pending in Slurm for resources, from a fresh report.
+
+    Named tuples, not dataclasses: a pass builds one per claim, thousands of them."""
 
     claim: str
     entitlement: str
@@ -188,8 +190,7 @@ class Waiting:
     requeued_at_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Running:
+class Running(NamedTuple):
     """A running claim as preemption sees it: `spent_uj` is a fresh measured figure or
     None, `units` its completed units or None (§5.1)."""
 
