@@ -308,3 +308,31 @@ def test_waiting_reports_refuse_hostile_input(deployment: Deployment) -> None:
             assert answer.status_code == 422 and "body.rule" in answer.text
     finally:
         serve.kill()
+
+
+def test_idle_when_contended_waits_for_a_job_waiting_in_the_same_partition(
+    tmp_path: Any,
+) -> None:
+    d = Deployment.create(tmp_path / "d")
+    config = d.folder / CONFIG
+    config.write_text(config.read_text() + POLICY.replace('when = "always"', 'when = "contended"'))
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            for c, ent in (("sleepy", "robotics"), ("waiter", "vision")):
+                assert ops.post("/v1/claims", json=claim(c, ent)).json()["verdict"] == "admit"
+            run_at(ops, "sleepy", 1, now_ms() - 6_000)
+            due = due_of(ops, "idle")
+            assert (due["sleepy"]["kind"], due["sleepy"]["reason"]) == ("withheld", "not_contended")
+            due_of(ops, "idle")
+            withheld = ops.get("/v1/actions", params={"kind": "withheld"}).json()["actions"]
+            assert [r["reason"] for r in withheld] == ["not_contended"]  # once per change
+            # A job waiting in another partition contends for nothing sleepy holds.
+            wait = {"at_ms": now_ms(), "since_ms": now_ms(), "partition": "cpu", "gpus": 1}
+            assert ops.post("/v1/claims/waiter/waiting", json=wait).status_code == 200
+            assert due_of(ops, "idle")["sleepy"]["reason"] == "not_contended"
+            wait["partition"] = "gpu"
+            assert ops.post("/v1/claims/waiter/waiting", json=wait).status_code == 200
+            assert due_of(ops, "idle")["sleepy"]["kind"] == "notice"
+    finally:
+        serve.kill()
