@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from joulepool.bridges.slurm.jobs import list_jobs
 from tests.support.slurm.bridge import Bridge, module_bridge, note_of
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
@@ -172,3 +173,38 @@ def test_design_s7_no_reading_or_stopped_readings_never_stop_a_job(bridge: Bridg
         actual = bridge.wait_released(n.claim, timeout_s=90)["actual"]
         assert actual["uj"] > 0, actual
     assert not [k for k in kinds(bridge, quiet_note.claim) if k[0] in ("cancel", "requeue")]
+
+
+def test_design_s7_an_array_past_its_reservation_is_told_and_cancelled_as_a_whole(
+    bridge: Bridge,
+) -> None:
+    set_policy(bridge, "cancel")
+    # Two one-GPU tasks at 250 W each read as one claim of 500 W: its 3 kJ (1.5 kJ a task)
+    # run out in 6 s, its 10 % margin in 6.6 s.
+    array = bridge.submit(
+        "-A", "phys", "--array=0-1", "--gres=gpu:1", "--comment=pool:estimate=1.5kJ", "--wrap", TOLD
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        tasks = [
+            j for j in list_jobs(bridge.bed.env) if j.array_job == array and j.state == "RUNNING"
+        ]
+        if len(tasks) == 2:
+            break
+        assert time.monotonic() < deadline, f"the array's tasks never ran\n{bridge.logs()}"
+        time.sleep(0.2)
+    note = note_of(tasks[0])
+    try:
+        wait_for(bridge, "the notice", lambda: ("notice", "done") in kinds(bridge, note.claim))
+        for task in tasks:
+            told = bridge.bed.root / "jobs" / f"told-{task.job_id}"
+            wait_for(bridge, f"SIGUSR1 in task {task.job_id}", told.exists, 30)
+        for task in tasks:
+            bridge.wait_job(task.job_id, lambda j: j.state == "CANCELLED", timeout_s=90)
+        done = [r for r in actions(bridge, claim=note.claim) if r["outcome"] == "done"]
+        assert sorted(r["kind"] for r in done) == ["cancel", "notice"]
+        # Acted on by the array's own id: every task at once.
+        assert {r["job"] for r in done} == {str(array)}, done
+    finally:
+        for task in tasks:
+            bridge.go(task.job_id)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import joulepool
+from joulepool.bridges.slurm.jobs import list_jobs
 from tests.support.slurm.bridge import (
     SUBMITTER,
     WAIT_FOR_GO,
@@ -73,7 +74,7 @@ def test_design_s7_the_agent_posts_a_running_jobs_gpu_energy_and_power(bridge: B
         assert first["grade"] == "HwShunt"
         assert first["job"] == {"id": str(job_id), "user": "nobody", "name": "trainer"}
         time.sleep(3)
-        later = wait_live(bridge, note.claim, lambda v: v["at_ms"] > first["at_ms"] + 2000)
+        later = wait_live(bridge, note.claim, lambda v: (v["at_ms"] or 0) > first["at_ms"] + 2000)
         # Two GPUs at 250 W each: 500 W between the last two readings, within the jitter of
         # a shared machine's scheduling (the exporter's clock and the agent's differ).
         assert 400_000_000 <= later["power_uw"] <= 600_000_000, later
@@ -145,3 +146,59 @@ def test_design_s7_a_restarted_agent_without_start_readings_goes_on_from_the_ser
     finally:
         bridge.go(job_id)
     bridge.wait_released(note.claim)
+
+
+def test_design_s7_a_running_array_reads_as_its_tasks_sum_and_unknown_once_one_ends(
+    bridge: Bridge,
+) -> None:
+    """One claim for the whole array: its energy so far is the sum over its running tasks;
+    once a task has ended (its figure is no live reading) the sum would be a lower bound,
+    so the claim has no reading and reads as unknown."""
+    submitted_ms = int(time.time() * 1000)
+    array = bridge.submit(
+        "-A",
+        "phys",
+        "-J",
+        "sweep",
+        "--array=0-1",
+        "--gres=gpu:1",
+        "--comment=pool:estimate=1MJ",
+        "--wrap",
+        WAIT_FOR_GO,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        tasks = [
+            j for j in list_jobs(bridge.bed.env) if j.array_job == array and j.state == "RUNNING"
+        ]
+        if len(tasks) == 2:
+            break
+        assert time.monotonic() < deadline, f"the array's tasks never ran\n{bridge.logs()}"
+        time.sleep(0.2)
+    note = note_of(tasks[0])
+    try:
+        both = int(time.time() * 1000)
+        first = wait_live(bridge, note.claim, lambda v: (v["at_ms"] or 0) > both + 1500)
+        assert first["grade"] == "HwShunt"
+        assert first["job"] == {"id": str(array), "user": "nobody", "name": "sweep"}
+        time.sleep(3)
+        later = wait_live(bridge, note.claim, lambda v: (v["at_ms"] or 0) > first["at_ms"] + 2000)
+        # Both tasks' GPUs, one each at 250 W: 500 W, not one task's 250 W.
+        assert 400_000_000 <= later["power_uw"] <= 600_000_000, later
+        elapsed_ms = later["at_ms"] - first["at_ms"]
+        gained = later["energy_uj"] - first["energy_uj"]
+        assert abs(gained - 2 * GPU_W * 1000 * elapsed_ms) <= 2 * GPU_W * 1000 * 1500, later
+        # Never more than the exporter served the two GPUs since the array was submitted.
+        assert later["energy_uj"] <= 2 * GPU_W * 1000 * (later["at_ms"] - submitted_ms)
+        # One task ends: the other's figure is no longer the claim's energy so far.
+        bridge.go(tasks[0].job_id)
+        bridge.wait_job(tasks[0].job_id, lambda j: j.state == "COMPLETED")
+        unknown = wait_live(bridge, note.claim, lambda v: v["energy_uj"] is None, 30)
+        assert unknown["idle"]["reason"] == "stale", unknown
+        assert (
+            f"array {array}: claim {note.claim} has no live reading from now on"
+            in (bridge.root / "agent.log").read_text()
+        )
+    finally:
+        for task in tasks:
+            bridge.go(task.job_id)

@@ -6,6 +6,7 @@ parsing of what slurmd and sacct hand over is checked with hostile input.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -84,8 +85,44 @@ def test_s2_7_a_counter_reset_gives_no_figure_never_zero(
     proc.send_signal(signal.SIGUSR1)
     time.sleep(0.1)
     figure = epilog(8, ["1"], tmp_path, url)
-    assert figure == NodeFigure(8, 1, None, "counter_reset")
+    assert figure == NodeFigure(8, 1, None, "counter_reset", run=0)
     assert figure.entry() == "pool-gpu:8=none/counter_reset/1"
+
+
+def test_s6_2_each_run_of_a_requeued_job_publishes_an_entry_naming_its_run(
+    tmp_path: Path, exporter: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    """The Prolog keeps the run (SLURM_JOB_RESTART_COUNT at the start); the Epilog tags the
+    entry with it, so a later run's figure is never confused with an earlier run's."""
+    url, _ = exporter
+    # The first run, ended by a requeue: the Epilog's count already says 1; the run is 0.
+    prolog(30, ["0"], tmp_path, url, "n1", source="dcgm", run=0)
+    first = epilog(30, ["0"], tmp_path, url, "n1", restarts=1)
+    assert first.run == 0 and first.energy is not None
+    entry = GPU_ENTRY.match(first.entry())
+    assert entry is not None and entry.group(6) is None and "@" not in first.entry()
+    # The second run, with its own Prolog.
+    prolog(30, ["0"], tmp_path, url, "n1", source="dcgm", run=1)
+    second = epilog(30, ["0"], tmp_path, url, "n1", restarts=1)
+    entry = GPU_ENTRY.match(second.entry())
+    assert entry is not None and entry.group(6) == "1" and entry.group(3) == "HwShunt"
+    # A run slurmd gave no Prolog (started again within the credential's life on this node).
+    bare = epilog(30, ["0"], tmp_path, url, "n1", restarts=1)
+    assert bare.entry() == "pool-gpu:30=none/no_start_reading/1@1"
+    # A start reading kept by the previous version names no run: untagged, as it was.
+    prolog(31, ["0"], tmp_path, url, "n1", source="dcgm", run=2)
+    state = tmp_path / "31.n1.json"
+    record = json.loads(state.read_text())
+    del record["run"]
+    state.write_text(json.dumps(record))
+    old = epilog(31, ["0"], tmp_path, url, "n1", restarts=2)
+    assert old.run is None and old.energy is not None and "@" not in old.entry()
+    for bad in (
+        "pool-gpu:30=5/HwShunt/1@",
+        "pool-gpu:30=5/HwShunt/1@x",
+        "pool-gpu:30=5/HwShunt/1@1@2",
+    ):
+        assert GPU_ENTRY.match(bad) is None
 
 
 def test_s2_7_missing_start_or_unreachable_exporter_gives_the_reason(tmp_path: Path) -> None:

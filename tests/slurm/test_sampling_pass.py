@@ -50,6 +50,18 @@ def test_design_s7_every_running_jobs_gpus_come_from_one_scontrol_show_job_d() -
     assert parse_job_detail(block) == details[3]
 
 
+def test_design_s7_an_array_tasks_detail_names_the_task_and_its_gpus() -> None:
+    # As Slurm 22.05 lays out a running task of an array (its ids before the name).
+    text = (
+        "JobId=12 ArrayJobId=11 ArrayTaskId=1 JobName=sweep\n"
+        "   JobState=RUNNING Reason=None Dependency=(null)\n"
+        "     Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:2)\n"
+    )
+    assert parse_jobs_detail(text)[12] == parse_job_detail(text)
+    assert parse_job_detail(text).gpus == {"node1": [2]}
+    assert parse_job_detail(text).name == "sweep"
+
+
 def test_design_s7_a_job_listed_twice_is_left_to_its_own_query() -> None:
     # A job name may hold a newline: job 9's owner writes a block claiming job 3's GPUs.
     forged = "JobId=9 JobName=x\nJobId=3 JobName=y\n     Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:4(IDX:0-3)\n"

@@ -60,6 +60,7 @@ from joulepool.bridges.slurm.jobs import (
     list_jobs,
     report_job,
     run_slurm,
+    sacct_restarts,
 )
 from joulepool.bridges.slurm.sampling import Sampler
 
@@ -99,6 +100,8 @@ class Agent:
     reported: set[int] = field(default_factory=set)
     last_reconcile: float = 0.0
     sampler: Sampler | None = None
+    refused: set[str] = field(default_factory=set)
+    """Array claims whose due requeue was refused (reported once, see `carry_out`)."""
     exempt_seen: set[int] = field(default_factory=set)
     exempt_total: int = 0
     """Jobs seen exempt since the agent started (docs/slurm.md, "Exempt jobs")."""
@@ -184,11 +187,14 @@ class Agent:
         if answer.status != 200 or not isinstance(due, list):
             self.log(f"acts due: HTTP {answer.status} {answer.error}")
             return 0
-        running = {
-            j.note.claim: j
-            for j in jobs
-            if j.state == "RUNNING" and j.note is not None and j.note.state in ADMITTED_STATES
-        }
+        running: dict[str, SlurmJob] = {}
+        for j in jobs:
+            if j.state != "RUNNING" or j.note is None or j.note.state not in ADMITTED_STATES:
+                continue
+            # An array's claim is the whole array's: its acts are the array's, by its id
+            # (every task; scancel and scontrol update take the array's id for all).
+            whole = j.note.tasks is not None and j.array_job is not None
+            running[j.note.claim] = replace(j, job_id=j.array_job or j.job_id) if whole else j
         done = 0
         ended: set[int] = set()
         for item in due:
@@ -199,6 +205,28 @@ class Agent:
             job = running.get(str(item.get("claim")))
             if job is None or job.job_id in ended or rule not in RULES:
                 continue  # not running here now (or no more this pass): nothing to act on
+            assert job.note is not None
+            if kind == "requeue" and job.note.tasks is not None:
+                if job.note.claim in self.refused:
+                    continue
+                # A requeued task's earlier run is not kept (its claim is settled task by
+                # task at the array's end), so requeueing would charge less than was spent.
+                self.refused.add(job.note.claim)
+                refusal = "a job array is never requeued: runs would go uncharged"
+                told = self.client.call(
+                    "POST",
+                    "/v1/actions",
+                    {
+                        "claim": job.note.claim,
+                        "rule": str(rule),
+                        "kind": kind,
+                        "outcome": "failed",
+                        "job": str(job.job_id),
+                        "detail": refusal,
+                    },
+                )
+                self.log(f"array {job.job_id}: requeue refused ({refusal}); HTTP {told.status}")
+                continue
             detail = None
             try:
                 self._act(job, kind, str(rule))
@@ -364,7 +392,17 @@ class Agent:
                 job = (
                     current[0]
                     if current
-                    else SlurmJob(job_id, state, "", "", "", "", note, array_job=end.array_job)
+                    else SlurmJob(
+                        job_id,
+                        state,
+                        "",
+                        "",
+                        "",
+                        "",
+                        note,
+                        array_job=end.array_job,
+                        restarts=sacct_restarts(job_id, self.env),
+                    )
                 )
                 report = report_job(
                     job,

@@ -13,6 +13,20 @@ the node's figure for the job in the node's Slurm comment, where the controller'
     pool-gpu:<job>=<µJ>/<grade>/<gpus>      the job's GPUs on this node spent <µJ>
     pool-gpu:<job>=none/<reason>/<gpus>     no figure: the reason (counter_reset, ...)
 
+A requeued job's later run's entry ends in `@<run>` (`pool-gpu:7=912000/HwShunt/1@1`):
+its Restarts count when it started (`SLURM_JOB_RESTART_COUNT`, kept by the Prolog), so the
+controller's epilog never takes an earlier run's entry, still in the comment while the
+run's own Epilog is at work, for the run that has just ended. A first run's entry has no
+tag, as before. A node's comment keeps one entry a job, the newest.
+
+slurmd runs the Prolog once for a job id on a node while it remembers the job's
+credential (`slurm.conf` CredExpire, 120 s by default), unless the new run's credential is
+newer than the old one's revocation; Slurm holds a requeued job back that long (its
+EligibleTime), so each run it starts gets its Prolog. A run an administrator starts at
+once on a node it ran on (`scontrol update jobid=N StartTime=now`) may get none: its
+Epilog finds no start reading, publishes `none/no_start_reading`, and the run counts its
+reservation (docs/slurm.md, "A requeue keeps the books").
+
 The counters come from NVML where it works on the node (nvidia-ml-py and the driver), else
 from the node's DCGM exporter (`--dcgm-url`). A whole GPU held by one job keeps the
 meter's grade (HwShunt); GPUs shared through shards or MPS would be split by `attribute()`
@@ -63,12 +77,16 @@ class NodeFigure:
     gpus: int
     energy: Energy | None
     reason: str = ""
+    run: int | None = None
+    """Which run of the job (its Restarts count at its start); None: not known."""
 
     def entry(self) -> str:
         """The node comment's entry (see the module docstring)."""
+        tag = f"@{self.run}" if self.run else ""
         if self.energy is None:
-            return f"pool-gpu:{self.job_id}=none/{self.reason}/{self.gpus}"
-        return f"pool-gpu:{self.job_id}={self.energy.uj}/{self.energy.grade.value}/{self.gpus}"
+            return f"pool-gpu:{self.job_id}=none/{self.reason}/{self.gpus}{tag}"
+        grade = self.energy.grade.value
+        return f"pool-gpu:{self.job_id}={self.energy.uj}/{grade}/{self.gpus}{tag}"
 
 
 def parse_job_gpus(raw: str) -> list[str]:
@@ -162,14 +180,17 @@ def prolog(
     dcgm_url: str | None,
     node: str = "",
     source: str | None = None,
+    run: int = 0,
 ) -> None:
     """Read the job's GPUs at its start and keep the readings (or why there are none) (§2.3).
 
     `source` ("nvml" or "dcgm") reads through that source alone; None chooses
-    (`choose_source`). The epilog reads through whichever source the prolog used.
+    (`choose_source`). The epilog reads through whichever source the prolog used. `run`
+    is the job's Restarts count (`SLURM_JOB_RESTART_COUNT`): the Epilog tags its entry with
+    it (§6.2: each run of a requeued job is charged its own figure).
     """
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    record: dict[str, object] = {"job": job_id, "gpus": list(gpus)}
+    record: dict[str, object] = {"job": job_id, "gpus": list(gpus), "run": run}
     try:
         if source not in (None, "nvml", "dcgm"):
             raise InvalidInput("source", f"{source!r} is neither nvml nor dcgm")
@@ -187,31 +208,44 @@ def prolog(
 
 
 def epilog(
-    job_id: int, gpus: Sequence[str], state_dir: Path, dcgm_url: str | None, node: str = ""
+    job_id: int,
+    gpus: Sequence[str],
+    state_dir: Path,
+    dcgm_url: str | None,
+    node: str = "",
+    restarts: int = 0,
 ) -> NodeFigure:
-    """Read the job's GPUs at its end; the node's figure for it (§6.2)."""
+    """Read the job's GPUs at its end; the node's figure for it (§6.2), tagged with the run
+    its Prolog kept. `restarts` (the Epilog's `SLURM_JOB_RESTART_COUNT`) tags a figure with
+    no Prolog record: the run that has just ended, unless it ended in a requeue (the count
+    is then one more), which its figure being none makes harmless. A record of the previous
+    version names no run: its figure is untagged, as that version published it."""
     path = _state_path(state_dir, job_id, node)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return NodeFigure(job_id, len(gpus), None, "no_start_reading")
+        return NodeFigure(job_id, len(gpus), None, "no_start_reading", restarts)
     except (OSError, ValueError):
-        return NodeFigure(job_id, len(gpus), None, "start_reading_unreadable")
+        return NodeFigure(job_id, len(gpus), None, "start_reading_unreadable", restarts)
     finally:
         with contextlib.suppress(OSError):
             path.unlink()
+    if not isinstance(record, dict):
+        return NodeFigure(job_id, len(gpus), None, "start_reading_unreadable", restarts)
+    kept = record.get("run")
+    run = kept if type(kept) is int and 0 <= kept < 10**9 else None
     if "error" in record:
-        return NodeFigure(job_id, len(gpus), None, str(record["error"]))
+        return NodeFigure(job_id, len(gpus), None, str(record["error"]), run)
     if record.get("gpus") != list(gpus):
-        return NodeFigure(job_id, len(gpus), None, "gpus_changed")
+        return NodeFigure(job_id, len(gpus), None, "gpus_changed", run)
     try:
         before = {r.meter: r for r in map(_reading, record["readings"])}
         meters = meters_for(gpus, str(record["source"]), dcgm_url)
         after = {m.name: m.read() for m in meters}
         energy = gpu_energy(str(job_id), before, after)
     except (PoolError, KeyError, TypeError) as exc:
-        return NodeFigure(job_id, len(gpus), None, _reason(exc))
-    return NodeFigure(job_id, len(gpus), energy)
+        return NodeFigure(job_id, len(gpus), None, _reason(exc), run)
+    return NodeFigure(job_id, len(gpus), energy, run=run)
 
 
 def _reason(exc: Exception) -> str:
@@ -262,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         print("pool slurm gpu: SLURM_JOB_ID and SLURMD_NODENAME must be set", file=sys.stderr)
         return 0
     job_id = int(raw_job)
+    raw_run = env.get("SLURM_JOB_RESTART_COUNT", "0")
+    run = int(raw_run) if raw_run.isascii() and raw_run.isdigit() and len(raw_run) <= 9 else 0
     try:
         gpus = parse_job_gpus(env.get("SLURM_JOB_GPUS", ""))
     except InvalidInput as exc:
@@ -273,11 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.phase == "prolog":
         try:
-            prolog(job_id, gpus, args.state_dir, args.dcgm_url, node)
+            prolog(job_id, gpus, args.state_dir, args.dcgm_url, node, run=run)
         except OSError as exc:
             print(f"pool slurm gpu: job {job_id}: cannot keep readings: {exc}", file=sys.stderr)
         return 0
-    figure = epilog(job_id, gpus, args.state_dir, args.dcgm_url, node)
+    figure = epilog(job_id, gpus, args.state_dir, args.dcgm_url, node, run)
     _publish_quietly(node, figure, args.state_dir, env)
     return 0
 

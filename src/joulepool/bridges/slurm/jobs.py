@@ -306,9 +306,11 @@ def list_jobs(env: Mapping[str, str], job_id: int | None = None) -> list[SlurmJo
 
 
 GPU_ENTRY = re.compile(
-    r"\Apool-gpu:(\d+)=(?:(\d+)/(HwShunt|ModelBased|Estimator)|none/([a-z_]{1,40}))/(\d{1,4})\Z"
+    r"\Apool-gpu:(\d+)=(?:(\d+)/(HwShunt|ModelBased|Estimator)|none/([a-z_]{1,40}))/(\d{1,4})"
+    r"(?:@(\d{1,9}))?\Z"
 )
-"""A node's GPU figure for one job, in the node's comment (see `gpu.py`)."""
+"""A node's GPU figure for one job, in the node's comment (see `gpu.py`); group 6 is the
+run of a requeued job (its Restarts count at its start), absent for a first run."""
 GRADES = ("HwShunt", "ModelBased", "Estimator")
 """Best first (§2.3); a sum is graded by its weakest part."""
 _GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)(?:,|$)")
@@ -452,14 +454,16 @@ def _hostnames(node_list: str, env: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def gpu_figures(
-    job_id: int, energy: JobEnergy, env: Mapping[str, str], wait_s: float
+    job_id: int, energy: JobEnergy, env: Mapping[str, str], wait_s: float, run: int = 0
 ) -> tuple[int, str] | None:
     """The job's GPU energy summed over its nodes, at the weakest grade, or None (§2.3, §2.7).
 
     Each node's Epilog publishes its figure in the node's comment (`gpu.py`); they arrive
     while the job completes, so this waits up to `wait_s` until the entries cover every GPU
     the job held. A node with no figure, or entries that never cover every GPU, leave the
-    job without a complete figure: None, never a partial sum.
+    job without a complete figure: None, never a partial sum. Only run `run`'s entries
+    count (§6.2): an earlier run's, still in a comment until this run's Epilog replaces
+    it, is never taken for this run's.
     """
     deadline = time.monotonic() + wait_s
     while True:
@@ -469,7 +473,7 @@ def gpu_figures(
             found += [
                 e
                 for e in (GPU_ENTRY.match(t) for t in tokens)
-                if e is not None and int(e.group(1)) == job_id
+                if e is not None and int(e.group(1)) == job_id and int(e.group(6) or 0) == run
             ]
         covered = sum(int(e.group(5)) for e in found)
         if covered >= energy.gpus or time.monotonic() >= deadline:
@@ -524,6 +528,7 @@ def job_figure(
     env: Mapping[str, str],
     gpu_wait_s: float | None,
     requeued: bool = False,
+    run: int = 0,
 ) -> tuple[int, str] | None:
     """One job's energy and grade (§2.3, §2.5), or None where any part has no figure.
 
@@ -531,7 +536,8 @@ def job_figure(
     published (`gpu_figures`; `gpu_wait_s` None: the nodes run no GPU Epilog). RAPL's
     figure read for an exclusive allocation is HwShunt; on a shared node the node-wide
     counter covers other jobs too, so the job's figure is a split, ModelBased. The sum takes
-    its weakest part's grade; a part with no figure leaves the whole without one.
+    its weakest part's grade; a part with no figure leaves the whole without one. `run`:
+    which run's GPU entries count (its Restarts count at its start, §6.2).
     """
     energy = job_energy(job_id, env, requeued)
     if gpus > energy.gpus:
@@ -542,7 +548,7 @@ def job_figure(
     figure = (energy.cpu_uj, "HwShunt" if exclusive else "ModelBased")
     if energy.gpus == 0:
         return figure
-    gpu = None if gpu_wait_s is None else gpu_figures(job_id, energy, env, gpu_wait_s)
+    gpu = None if gpu_wait_s is None else gpu_figures(job_id, energy, env, gpu_wait_s, run)
     return None if gpu is None else (figure[0] + gpu[0], weakest(figure[1], gpu[1]))
 
 
@@ -593,6 +599,21 @@ def array_figure(
     return total, weakest(*grades)
 
 
+def sacct_restarts(job_id: int, env: Mapping[str, str]) -> int:
+    """How often a job was requeued, from sacct's runs (`-D`: one line a run, each run
+    that was requeued recorded REQUEUED): the Restarts count of a job slurmctld no longer
+    remembers, so its last run's GPU entries are found (§6.2)."""
+    out = run_slurm(
+        ["sacct", "-j", str(job_id), "-D", "-X", "-n", "-P", "-o", "JobIDRaw,State"], env
+    )
+    return sum(
+        1
+        for line in out.splitlines()
+        if line.strip().split("|")[0] == str(job_id)
+        and line.strip().split("|")[-1].startswith("REQUEUED")
+    )
+
+
 def run_detail(job: SlurmJob) -> str:
     """Which run of a requeued job a `run` record is (its Restarts count when it ended)."""
     return f"slurm job {job.job_id} restarts {job.restarts}"
@@ -608,7 +629,9 @@ def record_run(
     note = job.note
     if note is None or note.state not in ADMITTED_STATES or note.tasks is not None:
         return None
-    figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s, requeued=True)
+    # Restarts already counts the requeue that ended this run: the run is one before.
+    run = max(0, job.restarts - 1)
+    figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s, True, run)
     body = {
         "claim": note.claim,
         "kind": "run",
@@ -681,7 +704,7 @@ def report_job(
         if figure is None:
             return Report(job.job_id, note.claim, "array_running")
     else:
-        figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s)
+        figure = job_figure(job.job_id, job.exclusive, job.gpus, env, gpu_wait_s, run=job.restarts)
         # Asked for every job: one released by the agent from sacct's record no longer
         # knows its Restarts. A run whose epilog never reached Pool (fewer kept than
         # Restarts) counts as a run with no figure, never as none at all.

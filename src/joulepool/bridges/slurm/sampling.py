@@ -26,6 +26,11 @@ exporter restart) or, for RAPL, wrapped: the energy before it is kept and counti
 from the new value, so a figure never decreases; the part of one sample period around the
 reset is not counted.
 
+A job array has one claim (docs/slurm.md, "Arrays"): its reading is the sum over its
+running tasks, posted only while that is the whole of its energy so far (no task has ended,
+and each task counts from its start or from the claim's first reading); after that the
+claim gets no reading, so the service reports it unknown (see `Sampler._sample_array`).
+
 The standard library and joulepool only (this runs beside slurmctld as root).
 """
 
@@ -79,7 +84,7 @@ _LINE = re.compile(r"\A([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(?:,|\Z)')
 _GRES = re.compile(r"gpu(?::[^:(,\s]+)?:\d+\(IDX:([0-9,\-]*)\)")
 _NODES = re.compile(r"^\s*Nodes=(\S+) .*?GRES=(\S*)", re.M)
-_NAME = re.compile(r"\AJobId=\d+ JobName=(.*)$", re.M)
+_NAME = re.compile(r"\AJobId=\d+ (?:ArrayJobId=\d+ ArrayTaskId=\S+ )?JobName=(.*)$", re.M)
 
 
 def parse_exposition(text: str, names: Iterable[str]) -> list[tuple[str, dict[str, str], str]]:
@@ -307,6 +312,30 @@ class Track:
     the agent had to take its own baseline (no Prolog readings): counted on top of it."""
 
 
+@dataclass(slots=True)
+class ArrayTrack:
+    """A job array's claim the agent samples: the tasks its sum counts, and the claim's
+    posting state (`track`)."""
+
+    track: Track
+    tasks: set[int] = field(default_factory=set)
+    from_start: bool = False
+    """Whether every task counts from its own start (the Prolog's readings)."""
+
+
+def _whose(job: SlurmJob, detail: JobDetail, array_job: int | None = None) -> dict[str, object]:
+    """A reading's `job`: the job's id (an array's own id for its claim), user, name,
+    partition, and whether Slurm may requeue it; an array never is (its tasks' earlier runs
+    would go uncharged), so Pool makes no requeue due for it."""
+    return {
+        "id": str(job.job_id if array_job is None else array_job),
+        **({"user": job.user} if job.user else {}),
+        **({"name": detail.name} if detail.name else {}),
+        **({"partition": job.partition} if job.partition else {}),
+        "requeue": job.requeue and array_job is None,
+    }
+
+
 @dataclass
 class Sampler:
     """The agent's sampling state between passes (see the module docstring)."""
@@ -319,6 +348,11 @@ class Sampler:
     state_dir: Path | None = None
     log: Callable[[str], None] = print
     tracks: dict[int, Track] = field(default_factory=dict)
+    arrays: dict[str, ArrayTrack] = field(default_factory=dict)
+    unknown_arrays: set[str] = field(default_factory=set)
+    """Array claims no longer sampled (a task ended): their energy so far is not known."""
+    waiting: set[int] = field(default_factory=set)
+    """Array tasks whose start readings the agent waits for (logged once each)."""
     last_at: float = 0.0
     scrape_timeout_s: float = SCRAPE_TIMEOUT_S
     max_fetchers: int = MAX_FETCHERS
@@ -336,10 +370,11 @@ class Sampler:
             if j.state == "RUNNING"
             and j.note is not None
             and j.note.state in ("admitted", "releasing")
-            and j.note.tasks is None
+            and (j.note.tasks is None or j.array_job is not None)
         ]
         for gone in set(self.tracks) - {j.job_id for j in running}:
             del self.tracks[gone]
+        self.waiting &= {j.job_id for j in running}
         details: dict[int, JobDetail] = {}
         if running:
             try:
@@ -368,27 +403,173 @@ class Sampler:
                 for i in indices:
                     holders.setdefault(f"{node}:gpu{i}", []).append(str(job.job_id))
         sent = 0
+        arrays: dict[str, list[SlurmJob]] = {}
         for job in running:
+            assert job.note is not None
+            if job.note.tasks is not None:
+                arrays.setdefault(job.note.claim, []).append(job)
+                continue
             detail = details.get(job.job_id)
             if detail is None:
                 continue
             counters = self._counters(job, detail, pages)
             if counters is None:
                 continue
-            assert job.note is not None
             track = self.tracks.get(job.job_id)
             if track is None:
                 track = Track(job.note.claim)
                 self.tracks[job.job_id] = track
-                base_ms = self._baseline(job, detail, counters, track, at_ms)
-                if not self._post(job, detail, track, base_ms, 0, "HwShunt"):
+                base_ms, _ = self._baseline(job, detail, counters, track, at_ms)
+                if not self._post(_whose(job, detail), track, base_ms, 0, "HwShunt"):
                     track.offset_uj = self._held_uj(track.claim)
             energy = self._energy(job, counters, track, holders)
             if energy is not None:
                 energy = (energy[0] + track.offset_uj, energy[1])
-            if energy is not None and self._post(job, detail, track, at_ms, *energy):
+            if energy is not None and self._post(_whose(job, detail), track, at_ms, *energy):
                 sent += 1
+        for gone_claim in set(self.arrays) - set(arrays):
+            del self.arrays[gone_claim]
+        self.unknown_arrays &= {j.note.claim for j in jobs if j.note is not None}
+        for claim, tasks in arrays.items():
+            sent += self._sample_array(claim, tasks, jobs, details, pages, holders, at_ms)
         return sent
+
+    def _sample_array(
+        self,
+        claim: str,
+        tasks: list[SlurmJob],
+        jobs: list[SlurmJob],
+        details: Mapping[int, JobDetail],
+        pages: dict[str, dict[str, int] | None],
+        holders: Mapping[str, list[str]],
+        at_ms: int,
+    ) -> int:
+        """Post a job array's reading: its claim is the whole array's (docs/slurm.md,
+        "Arrays"), so its energy so far is the sum over its tasks. Only while that sum is
+        the whole: every task that has started is running now, and each one's energy is
+        counted from its own start (the Prolog's readings) or from the claim's first reading.
+        Once a task has ended, its figure is no live reading (the epilog's figures come at
+        the array's end), and the sum over the rest would be a lower bound, which is not a
+        reading: the claim is sampled no more, so the service reports it unknown. 1 when a
+        reading was posted."""
+        array_job = tasks[0].array_job
+        assert array_job is not None
+        if claim in self.unknown_arrays:
+            return 0
+        ids = {t.job_id for t in tasks}
+        state = self.arrays.get(claim)
+        ended = self._array_ended(array_job, ids, jobs)
+        if state is not None and state.tasks - ids:
+            ended = f"task {min(state.tasks - ids)} is no longer running"
+        if ended is not None:
+            self._give_up_array(claim, array_job, f"a task has ended ({ended})")
+            return 0
+        counters: dict[int, dict[str, int]] = {}
+        for task in tasks:
+            detail = details.get(task.job_id)
+            found = None if detail is None else self._counters(task, detail, pages)
+            if found is None:
+                return 0  # a task unread this pass: no figure rather than part of one
+            counters[task.job_id] = found
+        if state is None:
+            state = ArrayTrack(Track(claim))
+            fresh: dict[int, tuple[int, bool]] = {}
+            for task in tasks:
+                track = Track(claim)
+                self.tracks[task.job_id] = track
+                fresh[task.job_id] = self._baseline(
+                    task, details[task.job_id], counters[task.job_id], track, at_ms
+                )
+            base_ms = min(b for b, _ in fresh.values())
+            state.from_start = all(whole for _, whole in fresh.values())
+            if not state.from_start:
+                # Some task has no start reading here: every task counts from now.
+                base_ms = at_ms
+                for task in tasks:
+                    self.tracks[task.job_id].counters = {
+                        k: Counter(v, v) for k, v in counters[task.job_id].items()
+                    }
+            self.arrays[claim] = state
+            state.tasks = set(ids)
+            first = tasks[0]
+            if (
+                not self._post(
+                    _whose(first, details[first.job_id], array_job),
+                    state.track,
+                    base_ms,
+                    0,
+                    "HwShunt",
+                )
+                and not state.from_start
+            ):
+                # The service holds a figure from before (an agent restart): energy counted
+                # from now would fall short of it.
+                self._give_up_array(claim, array_job, "the service holds an earlier figure")
+                return 0
+        for task in tasks:
+            if task.job_id in state.tasks:
+                continue
+            # A task that started since the claim's first reading counts from its own start:
+            # until its Prolog's readings can be read here (the Prolog may still be at work),
+            # the claim has no reading.
+            track = Track(claim)
+            _, whole = self._baseline(
+                task, details[task.job_id], counters[task.job_id], track, at_ms
+            )
+            if not whole:
+                if task.job_id not in self.waiting:
+                    self.waiting.add(task.job_id)
+                    self.log(
+                        f"array {array_job}: claim {claim} has no reading while task "
+                        f"{task.job_id} has no start reading here (the GPU Prolog's, in "
+                        "gpu_state_dir): the sum without it would be a lower bound"
+                    )
+                return 0
+            self.tracks[task.job_id] = track
+            state.tasks.add(task.job_id)
+        total, grades = 0, ["HwShunt"]
+        for task in tasks:
+            energy = self._energy(task, counters[task.job_id], self.tracks[task.job_id], holders)
+            if energy is None:
+                return 0
+            total += energy[0]
+            grades.append(energy[1])
+        grade = "ModelBased" if "ModelBased" in grades else "HwShunt"
+        first = tasks[0]
+        whose = _whose(first, details[first.job_id], array_job)
+        return int(self._post(whose, state.track, at_ms, total, grade))
+
+    def _array_ended(self, array_job: int, running: set[int], jobs: list[SlurmJob]) -> str | None:
+        """Which task of the array has run and is not running now, if any: slurmctld's
+        records, then sacct's (a record slurmctld has dropped, MinJobAge, is still there)."""
+        for job in jobs:
+            if job.array_job != array_job or job.job_id in running:
+                continue
+            if (job.started and job.state != "PENDING") or job.restarts > 0:
+                return f"task {job.job_id} is {job.state}"
+        try:
+            out = run_slurm(
+                ["sacct", "-j", str(array_job), "-X", "-n", "-P", "-o", "JobIDRaw,JobID,State"],
+                self.env,
+            )
+        except SlurmCommandFailed as exc:
+            return f"sacct: {exc}"
+        for line in out.splitlines():
+            cols = line.strip().split("|")
+            if len(cols) != 3 or not cols[0].isdigit() or "[" in cols[1]:
+                continue
+            state = cols[2].split(" ")[0]
+            if int(cols[0]) not in running and state not in ("PENDING", "RUNNING"):
+                return f"task {cols[0]} is {state}"
+        return None
+
+    def _give_up_array(self, claim: str, array_job: int, why: str) -> None:
+        self.unknown_arrays.add(claim)
+        self.arrays.pop(claim, None)
+        self.log(
+            f"array {array_job}: claim {claim} has no live reading from now on: {why}; "
+            "the sum over its running tasks would be a lower bound, not its energy so far"
+        )
 
     def _url(self, template: str, node: str) -> str:
         return template.replace("{node}", urllib.parse.quote(node, safe=""))
@@ -470,10 +651,11 @@ class Sampler:
 
     def _baseline(
         self, job: SlurmJob, detail: JobDetail, counters: dict[str, int], track: Track, at_ms: int
-    ) -> int:
+    ) -> tuple[int, bool]:
         """Set the job's baselines: the Prolog's start readings where readable, else the
         counters as read at `at_ms` (not later: the pass's own reading is stamped `at_ms`,
-        and the service refuses a reading older than the last)."""
+        and the service refuses a reading older than the last). Returns the baselines'
+        instant and whether every counter's baseline is the Prolog's (the job's start)."""
         base_ms = at_ms
         started: dict[str, int] = {}
         for node in detail.gpus:
@@ -491,11 +673,14 @@ class Sampler:
                 base_ms = min(base_ms, int(path.stat().st_mtime_ns // 1_000_000))
             except (OSError, ValueError, KeyError, TypeError):
                 continue
+        whole = True
         for key, value in counters.items():
             base = started.get(key, value)
+            if key not in started or base > value:
+                whole = False
             base = value if base > value else base  # reset since the Prolog: from now
             track.counters[key] = Counter(base, base)
-        return base_ms
+        return base_ms, whole
 
     def _energy(
         self,
@@ -528,7 +713,7 @@ class Sampler:
         return held if type(held) is int and held >= 0 else 0
 
     def _post(
-        self, job: SlurmJob, detail: JobDetail, track: Track, at_ms: int, uj: int, grade: str
+        self, whose: dict[str, object], track: Track, at_ms: int, uj: int, grade: str
     ) -> bool:
         if track.posted_uj is not None and uj < track.posted_uj:
             return False  # a shared GPU's share may shrink as occupants come: never send less
@@ -536,18 +721,12 @@ class Sampler:
             "at_ms": at_ms,
             "energy": {"uj": uj, "grade": grade},
             "every_ms": self.every_s * 1000,
-            "job": {
-                "id": str(job.job_id),
-                **({"user": job.user} if job.user else {}),
-                **({"name": detail.name} if detail.name else {}),
-                **({"partition": job.partition} if job.partition else {}),
-                "requeue": job.requeue,
-            },
+            "job": whose,
         }
         path = "/v1/claims/" + urllib.parse.quote(track.claim, safe="") + "/readings"
         answer = self.client.call("POST", path, body)
         if answer.status != 200:
-            self.log(f"job {job.job_id}: reading refused: HTTP {answer.status} {answer.error}")
+            self.log(f"job {whose['id']}: reading refused: HTTP {answer.status} {answer.error}")
             return False
         track.posted_uj = uj
         return True
