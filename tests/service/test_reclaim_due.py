@@ -261,6 +261,42 @@ def test_preemption_takes_the_most_expensive_lower_priority_claims_in_order(
         serve.kill()
 
 
+def test_preemption_takes_no_further_victim_while_gpus_freed_for_a_waiter_are_on_their_way(
+    deployment: Deployment,
+) -> None:
+    d = deployment
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            for c, ent in (("pricey", "robotics"), ("next", "robotics"), ("urgent", "vision")):
+                assert ops.post("/v1/claims", json=claim(c, ent)).json()["verdict"] == "admit"
+            t0 = now_ms() - 6_000
+            run_at(ops, "pricey", 300, t0)
+            run_at(ops, "next", 300, t0)
+            ops.post("/v1/claims/pricey/progress", json={"units": 1})
+            ops.post("/v1/claims/next/progress", json={"units": 1000})
+            wait = {"since_ms": now_ms() - 120_000, "partition": "gpu", "gpus": 1}
+            ops.post("/v1/claims/urgent/waiting", json={**wait, "at_ms": now_ms()})
+            assert {c: x["for"] for c, x in due_of(ops, "preemption").items()} == {
+                "pricey": "urgent"
+            }
+            for kind in ("notice", "requeue"):
+                body = {
+                    "claim": "pricey",
+                    "rule": "preemption",
+                    "kind": kind,
+                    "outcome": "done",
+                    "detail": "for urgent",
+                }
+                assert ops.post("/v1/actions", json=body).status_code == 200
+            # Slurm starts the waiter once the requeued run has ended; meanwhile it still
+            # waits, and the GPU on its way to it is counted: nobody else is taken.
+            ops.post("/v1/claims/urgent/waiting", json={**wait, "at_ms": now_ms()})
+            assert due_of(ops, "preemption") == {}
+    finally:
+        serve.kill()
+
+
 def test_preemption_takes_nobody_for_a_need_that_cannot_be_met(deployment: Deployment) -> None:
     d = deployment
     serve = start_serve(d.folder)
