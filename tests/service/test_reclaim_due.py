@@ -184,11 +184,18 @@ def test_idle_notice_is_withdrawn_when_the_job_works_again_and_given_afresh(
             for s in (15, 18):
                 read(ops, "nap", t0 + s * 1000, base + (s - 12) * J)
             assert due_of(ops, "idle")["nap"]["kind"] == "notice"
+            # The fresh notice is recorded (not refused as done already), and it alone
+            # starts the wait for the act.
+            assert report(ops, "nap", "idle", "notice").status_code == 200
+            assert "nap" not in due_of(ops, "idle")
             kinds = [
                 (r["kind"], r["reason"])
                 for r in ops.get("/v1/actions", params={"claim": "nap"}).json()["actions"]
             ]
-            assert kinds == [("withheld", "working"), ("notice", None)]
+            assert kinds == [("notice", None), ("withheld", "working"), ("notice", None)]
+            time.sleep(1.1)
+            read(ops, "nap", t0 + 19_000, base + 7 * J)
+            assert due_of(ops, "idle")["nap"]["kind"] == "cancel"
     finally:
         serve.kill()
 

@@ -177,6 +177,10 @@ class ActionLog:
             self._notice[key] = record["at_ms"]
         elif kind == "withheld":
             self._notice.pop(key, None)
+            if key[1] in PER_RUN:
+                # A withdrawn notice of these rules is given afresh if the act is due again
+                # (DESIGN.md §7): it is no longer done, or its report would be refused.
+                self._done.get(key, set()).discard("notice")
         self._last[key] = (kind, record.get("reason"))
 
     def done(self, claim: str, rule: str = "over_reservation") -> frozenset[str]:
