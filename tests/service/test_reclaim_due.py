@@ -184,11 +184,18 @@ def test_idle_notice_is_withdrawn_when_the_job_works_again_and_given_afresh(
             for s in (15, 18):
                 read(ops, "nap", t0 + s * 1000, base + (s - 12) * J)
             assert due_of(ops, "idle")["nap"]["kind"] == "notice"
+            # The fresh notice is recorded (not refused as done already), and it alone
+            # starts the wait for the act.
+            assert report(ops, "nap", "idle", "notice").status_code == 200
+            assert "nap" not in due_of(ops, "idle")
             kinds = [
                 (r["kind"], r["reason"])
                 for r in ops.get("/v1/actions", params={"claim": "nap"}).json()["actions"]
             ]
-            assert kinds == [("withheld", "working"), ("notice", None)]
+            assert kinds == [("notice", None), ("withheld", "working"), ("notice", None)]
+            time.sleep(1.1)
+            read(ops, "nap", t0 + 19_000, base + 7 * J)
+            assert due_of(ops, "idle")["nap"]["kind"] == "cancel"
     finally:
         serve.kill()
 
@@ -257,6 +264,42 @@ def test_preemption_takes_the_most_expensive_lower_priority_claims_in_order(
             )
             due = due_of(ops, "preemption")
             assert "pricey" not in due and due["cheap"]["kind"] == "requeue"
+    finally:
+        serve.kill()
+
+
+def test_preemption_takes_no_further_victim_while_gpus_freed_for_a_waiter_are_on_their_way(
+    deployment: Deployment,
+) -> None:
+    d = deployment
+    serve = start_serve(d.folder)
+    try:
+        with serve.client(d.operator) as ops:
+            for c, ent in (("pricey", "robotics"), ("next", "robotics"), ("urgent", "vision")):
+                assert ops.post("/v1/claims", json=claim(c, ent)).json()["verdict"] == "admit"
+            t0 = now_ms() - 6_000
+            run_at(ops, "pricey", 300, t0)
+            run_at(ops, "next", 300, t0)
+            ops.post("/v1/claims/pricey/progress", json={"units": 1})
+            ops.post("/v1/claims/next/progress", json={"units": 1000})
+            wait = {"since_ms": now_ms() - 120_000, "partition": "gpu", "gpus": 1}
+            ops.post("/v1/claims/urgent/waiting", json={**wait, "at_ms": now_ms()})
+            assert {c: x["for"] for c, x in due_of(ops, "preemption").items()} == {
+                "pricey": "urgent"
+            }
+            for kind in ("notice", "requeue"):
+                body = {
+                    "claim": "pricey",
+                    "rule": "preemption",
+                    "kind": kind,
+                    "outcome": "done",
+                    "detail": "for urgent",
+                }
+                assert ops.post("/v1/actions", json=body).status_code == 200
+            # Slurm starts the waiter once the requeued run has ended; meanwhile it still
+            # waits, and the GPU on its way to it is counted: nobody else is taken.
+            ops.post("/v1/claims/urgent/waiting", json={**wait, "at_ms": now_ms()})
+            assert due_of(ops, "preemption") == {}
     finally:
         serve.kill()
 

@@ -72,7 +72,13 @@ def test_design_s7_the_agent_posts_a_running_jobs_gpu_energy_and_power(bridge: B
     try:
         first = wait_live(bridge, note.claim, lambda v: (v["energy_uj"] or 0) > 0)
         assert first["grade"] == "HwShunt"
-        assert first["job"] == {"id": str(job_id), "user": "nobody", "name": "trainer"}
+        assert first["job"] == {
+            "id": str(job_id),
+            "user": "nobody",
+            "name": "trainer",
+            "partition": "debug",
+            "requeue": True,
+        }
         time.sleep(3)
         later = wait_live(bridge, note.claim, lambda v: (v["at_ms"] or 0) > first["at_ms"] + 2000)
         # Two GPUs at 250 W each: 500 W between the last two readings, within the jitter of

@@ -58,6 +58,14 @@ def rule_of(record: dict[str, Any]) -> str:
     return str(record.get("rule") or "over_reservation")
 
 
+def _served(record: dict[str, Any]) -> str | None:
+    """The waiting claim a preemption record names in its detail (`for <claim>`), if any."""
+    detail = record.get("detail")
+    if isinstance(detail, str) and detail.startswith("for "):
+        return detail[4:].split(": ", 1)[0] or None
+    return None
+
+
 def valid_record(value: object) -> dict[str, Any] | None:
     """`value` if it has a record's shape (module docstring), else None."""
     if not isinstance(value, dict):
@@ -88,6 +96,7 @@ class ActionLog:
         self._last: dict[tuple[str, str], tuple[str, str | None]] = {}
         self._notice: dict[tuple[str, str], int] = {}
         self._requeued: dict[str, int] = {}
+        self._requeued_for: dict[str, list[tuple[str, int]]] = {}
         self._latest: dict[str, dict[str, Any]] = {}
         self.counts: Counter[tuple[str, str, str]] = Counter()
         self.skipped = 0
@@ -153,6 +162,9 @@ class ActionLog:
         }
         if kind == "requeue" and outcome == "done":
             self._requeued[claim] = record["at_ms"]
+            waiter = _served(record) if key[1] == "preemption" else None
+            if waiter is not None:
+                self._requeued_for.setdefault(waiter, []).append((claim, record["at_ms"]))
             for rule in PER_RUN:
                 self._done.pop((claim, rule), None)
                 self._notice.pop((claim, rule), None)
@@ -165,6 +177,10 @@ class ActionLog:
             self._notice[key] = record["at_ms"]
         elif kind == "withheld":
             self._notice.pop(key, None)
+            if key[1] in PER_RUN:
+                # A withdrawn notice of these rules is given afresh if the act is due again
+                # (DESIGN.md §7): it is no longer done, or its report would be refused.
+                self._done.get(key, set()).discard("notice")
         self._last[key] = (kind, record.get("reason"))
 
     def done(self, claim: str, rule: str = "over_reservation") -> frozenset[str]:
@@ -194,6 +210,12 @@ class ActionLog:
         """When `claim`'s job was last requeued by an act, if ever."""
         with self._lock:
             return self._requeued.get(claim)
+
+    def requeued_for(self, waiter: str) -> list[tuple[str, int]]:
+        """The claims requeued by preemption for `waiter` (their records' `for <claim>`),
+        each with when: GPUs freed for it that Slurm may not have given it yet."""
+        with self._lock:
+            return list(self._requeued_for.get(waiter, ()))
 
     def changed(
         self, claim: str, kind: str, reason: str | None, rule: str = "over_reservation"

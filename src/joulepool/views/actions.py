@@ -44,6 +44,8 @@ class RuleBook(Protocol):
 
     def requeued_at(self, claim: str) -> int | None: ...
 
+    def requeued_for(self, waiter: str) -> list[tuple[str, int]]: ...
+
     def touched(self, claim: str) -> bool: ...
 
 
@@ -61,6 +63,10 @@ class NoBook:
     def requeued_at(self, _claim: str) -> int | None:
         """No job was requeued."""
         return None
+
+    def requeued_for(self, _waiter: str) -> list[tuple[str, int]]:
+        """No job was requeued for anyone."""
+        return []
 
     def touched(self, _claim: str) -> bool:
         """No claim has a record."""
@@ -145,14 +151,33 @@ def evidence_of(pool: Pool, state: ClaimState, now_ms: int) -> tuple[Evidence, s
     return evidence_from(pool, state, pool.projection(state, now_ms))
 
 
+def _freed_for(
+    pool: Pool, book: RuleBook, waiter: str, since_ms: int, cooldown_s: int, now_ms: int
+) -> int:
+    """The GPUs preemption already freed for `waiter` in its present wait: the devices of
+    the claims requeued for it since it began waiting, within `cooldown_s`. Slurm starts
+    the waiter only once their runs have ended, so until then it still waits; without
+    this it would take a further victim on every pass meanwhile."""
+    freed = 0
+    for victim, at_ms in book.requeued_for(waiter):
+        if at_ms < since_ms or now_ms - at_ms >= cooldown_s * 1000:
+            continue
+        found = pool.claim_state(victim)
+        freed += found.admitted.devices if found is not None else 0
+    return freed
+
+
 def _running_and_waiting(
     pool: Pool,
     claims: list[tuple[ClaimState, Projection | None]],
     book: RuleBook,
+    cooldown_s: int,
+    now_ms: int,
 ) -> tuple[list[Running], list[Waiting]]:
-    """What preemption decides over (§5.2): claims whose jobs wait for resources, and
-    claims whose jobs run where a fresh reading says so (a partition is known). Running
-    claims only in partitions where some claim waits: no other could be a victim."""
+    """What preemption decides over (§5.2): claims whose jobs wait for resources, each
+    asking for the GPUs not yet freed for it (`_freed_for`), and claims whose jobs run
+    where a fresh reading says so (a partition is known). Running claims only in
+    partitions where some claim waits: no other could be a victim."""
     tree = pool.tree
     priorities: dict[str, int] = {}
 
@@ -167,8 +192,10 @@ def _running_and_waiting(
         if proj is not None and proj.waiting is not None:
             w, ent = proj.waiting, state.admitted.entitlement
             requeued = book.requeued_at(state.claim)
+            freed = _freed_for(pool, book, state.claim, w.since_ms, cooldown_s, now_ms)
+            owed = max(0, w.gpus - freed)
             waiting.append(
-                Waiting(state.claim, ent, priority(ent), w.partition, w.gpus, w.since_ms, requeued)
+                Waiting(state.claim, ent, priority(ent), w.partition, owed, w.since_ms, requeued)
             )
     partitions = {w.partition for w in waiting}
     running: list[Running] = []
@@ -208,7 +235,9 @@ def due_items(
     over every claim, whoever asks: what one bridge sees must not change who yields."""
     states = pool.running_claims()
     claims = list(zip(states, pool.projections(states, now_ms), strict=True))
-    running, waiting = _running_and_waiting(pool, claims, book)
+    running, waiting = _running_and_waiting(
+        pool, claims, book, policies.preemption.cooldown_s, now_ms
+    )
     chosen, _uncovered = victims(policies.preemption, waiting, running, now_ms)
     serves = {v.claim: v.for_claim for v in chosen}
     contended = {w.partition for w in waiting if w.partition is not None}

@@ -18,6 +18,7 @@ accounting and energy.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -412,6 +413,17 @@ class Testbed:
         """Reset the simulated GPUs' counters to 0, as a driver reload does."""
         self.procs["fake_dcgm"].send_signal(signal.SIGUSR1)
 
+    @property
+    def gpu_power_file(self) -> Path:
+        """The simulated exporter's per-GPU draw, re-read at every scrape (`set_gpu_watts`)."""
+        return self.root / "gpu-watts.json"
+
+    def set_gpu_watts(self, watts: Mapping[int, int]) -> None:
+        """Set simulated GPUs' draw (GPU index to watts) from the next scrape on; the rest
+        draw `gpu_watts`. Written whole and renamed, so a scrape never reads half of it."""
+        text = json.dumps({str(k): v for k, v in watts.items()})
+        write_atomically(self.gpu_power_file, text.encode("utf-8"), 0o644)
+
     def _start_dcgm(self) -> None:
         ready = self.root / "fake_dcgm.ready"
         self._start(
@@ -425,6 +437,8 @@ class Testbed:
                 str(self.options.gpus * self.options.nodes),
                 "--watts",
                 str(self.options.gpu_watts),
+                "--power-file",
+                str(self.gpu_power_file),
                 "--ready-file",
                 str(ready),
             ],

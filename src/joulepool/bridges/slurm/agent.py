@@ -227,12 +227,17 @@ class Agent:
                 )
                 self.log(f"array {job.job_id}: requeue refused ({refusal}); HTTP {told.status}")
                 continue
-            detail = None
+            # A preemption's record names the waiting claim it made room for, as Pool's own
+            # records of that rule do (`for <claim>`).
+            served = item.get("for")
+            why = f"for {served}" if rule == "preemption" and isinstance(served, str) else None
+            detail = why
             try:
                 self._act(job, kind, str(rule))
                 outcome = "done"
             except SlurmCommandFailed as exc:
-                outcome, detail = "failed", str(exc)[:200]
+                failed = str(exc)[: 200 - len(why or "")]
+                outcome, detail = "failed", failed if why is None else f"{why}: {failed}"
             assert job.note is not None
             body = {
                 "claim": job.note.claim,
@@ -244,7 +249,7 @@ class Agent:
             if outcome == "done" and kind in FINAL:
                 ended.add(job.job_id)
             if detail is not None:
-                body["detail"] = detail
+                body["detail"] = detail[:256]  # Pool takes at most 256 characters
             told = self.client.call("POST", "/v1/actions", body)
             self.log(
                 f"job {job.job_id}: {rule} {kind} {outcome} ({item.get('reason')}); "
