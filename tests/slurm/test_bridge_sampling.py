@@ -186,7 +186,15 @@ def test_design_s7_a_running_array_reads_as_its_tasks_sum_and_unknown_once_one_e
         both = int(time.time() * 1000)
         first = wait_live(bridge, note.claim, lambda v: (v["at_ms"] or 0) > both + 1500)
         assert first["grade"] == "HwShunt"
-        assert first["job"] == {"id": str(array), "user": "nobody", "name": "sweep"}
+        # The array's id, and never requeueable: a requeued task's earlier run would go
+        # uncharged, so Pool must make no requeue due for it.
+        assert first["job"] == {
+            "id": str(array),
+            "user": "nobody",
+            "name": "sweep",
+            "partition": "debug",
+            "requeue": False,
+        }
         time.sleep(3)
         later = wait_live(bridge, note.claim, lambda v: (v["at_ms"] or 0) > first["at_ms"] + 2000)
         # Both tasks' GPUs, one each at 250 W: 500 W, not one task's 250 W.
