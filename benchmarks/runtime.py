@@ -248,6 +248,7 @@ def due_timing() -> dict[str, Any]:
     from joulepool.deployment.open import open_pool
     from joulepool.grade import Energy, Grade
     from joulepool.live import Job, Progress, Reading, WaitReport
+    from joulepool.service.served import settle_heap
     from joulepool.views.actions import NoBook, Policies, due_items
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -291,6 +292,7 @@ def due_timing() -> dict[str, Any]:
                     pool.record_reading(c, Reading(at, energy), Job(str(i), partition=part))
                 if i % 3:
                     pool.record_progress(c, Progress(1 + i % 97, "steps", None, now))
+            settle_heap()  # as `pool serve` does once its ledger is replayed
             config = read_config(folder / "pool.toml")
             full = Policies(
                 config.runtime_policy, config.idle_acts_policy, config.preemption_policy

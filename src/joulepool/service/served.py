@@ -4,6 +4,7 @@ folder, and the group committer in front of the pool (API.md; DESIGN.md §5).
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -37,6 +38,15 @@ class WitnessFork(PoolError):
     (DESIGN.md §8): `/readyz` answers 503 until `pool serve` is restarted."""
 
     code = "witness_fork"
+
+
+def settle_heap() -> None:
+    """Move what replay built out of the cyclic collector's sight (`gc.freeze`): the folded
+    ledger state lives as long as the service, and a full collection that rescans millions
+    of its objects every few passes stalls whatever request triggered it (measured on the
+    due acts over 10,000 running claims: every other pass took twice as long)."""
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass
@@ -139,6 +149,7 @@ class Service:
             pool.close()
             return
         self.failure = None
+        settle_heap()
         self.committer = Committer(pool)
         self.pool = pool
         self._agree(pool)
