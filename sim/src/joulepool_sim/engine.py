@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Protocol
 
+from joulepool.acts import RuntimePolicy
 from joulepool.admission import Admit, Deny, Queue, QueueReason
 from joulepool.claim import Claim
 from joulepool.estimate import Derived
@@ -52,6 +53,7 @@ from joulepool.tree import Tree
 from joulepool_sim.errors import SimulationConfigError
 from joulepool_sim.estimates import SimJob
 from joulepool_sim.gpu_hours import DEVICES_HELD, GpuTimeQuota
+from joulepool_sim.runtime import DEFAULT_CHECKPOINT_US, Plan, plan
 
 STEWARD = "pool-simulate"
 GUESS = "guess"
@@ -75,6 +77,8 @@ class Step:
     source: str = GUESS
     estimate: int = 0
     first: int = 0
+    run_us: int | None = None
+    act: str | None = None
 
 
 class Admission(Protocol):
@@ -117,6 +121,11 @@ class PoolAdmission:
       that `ModelBased` estimate, which may borrow;
     - `blind`: a quota blind to grades: the user's guess presented as observed, so §4.4's
       first rule never fires and a guess borrows like a measurement.
+
+    `runtime`, where given, is the service's `[runtime]` policy held over every admitted
+    run (runtime.py): the act `acts.due_act` makes due when the run passes its reservation
+    and margin ends it (`cancel`) or restarts it from its last checkpoint (`requeue`), and
+    its release charges what it drew. None: no run is ever looked at (today's replay).
     """
 
     def __init__(
@@ -126,10 +135,15 @@ class PoolAdmission:
         mode: str,
         schedule: Schedule = NONE,
         key: KeyPair | None = None,
+        runtime: RuntimePolicy | None = None,
+        checkpoint_us: int = DEFAULT_CHECKPOINT_US,
     ) -> None:
         if mode not in (GUESS, EARNED, "blind"):
             raise SimulationConfigError(f"unknown estimate mode {mode!r}")
         self.jobs = jobs
+        self.runtime = runtime
+        self.checkpoint_us = checkpoint_us
+        self.plans: dict[int, Plan] = {}
         self.mode = mode
         self.schedule = schedule
         self.now_us = 0
@@ -191,19 +205,28 @@ class PoolAdmission:
                 step = replace(self._decide(index, derived.estimate, EARNED), first=guess.uj)
         if step.verdict == "admit":
             self.reserved[index] = step.reserved_uj
+            if self.runtime is not None:
+                p = plan(
+                    self.runtime, self.jobs[index], step.reserved_uj, now_us, self.checkpoint_us
+                )
+                self.plans[index] = p
+                step = replace(step, run_us=p.run_us, act=p.act)
         return step
 
     def release(self, index: int, now_us: int) -> bool:
-        """`Pool.release`, charging the measured actual (§6.2)."""
+        """`Pool.release`, charging the measured actual (§6.2): what the job drew, or under a
+        runtime policy what its run (or runs) drew until it ended."""
         self.now_us = now_us
         j = self.jobs[index]
-        self.pool.release(j.job.id, j.actual)
+        p = self.plans.get(index)
+        actual = j.actual if p is None else Energy(p.charged_uj, j.actual.grade)
+        self.pool.release(j.job.id, actual)
         held = self._earned.get(j.class_)
         # §2.6 derives the largest measured figure: a measured release at or below the
         # class's earned estimate cannot change it, so the pool is not asked again.
-        if held is None or not j.actual.grade.observed or j.actual.uj > held.max_uj:
+        if held is None or not actual.grade.observed or actual.uj > held.max_uj:
             self._stale.add(j.class_)
-        return j.actual.uj < self.reserved.pop(index)
+        return actual.uj < self.reserved.pop(index)
 
     def changed(self, classes: set[str]) -> set[str]:
         """Re-read the earned estimates of `classes` (just released, claims waiting); every
@@ -290,11 +313,17 @@ class JobOutcome:
     at_renewal: bool = False
     estimate: int = 0
     first_estimate: int = 0
+    act: str | None = None
 
     @property
     def started(self) -> bool:
         """Admitted at some point."""
         return self.start_us is not None
+
+    @property
+    def completed(self) -> bool:
+        """Admitted and run to its end: not cancelled."""
+        return self.start_us is not None and self.act != "cancel"
 
     @property
     def wait_us(self) -> int | None:
@@ -398,9 +427,11 @@ def replay_trace(
             out.borrowed_uj = step.borrowed_uj
             out.source = step.source
             out.at_renewal = renewal and _category(out.last_queue_reason or "") != "devices"
+            out.act = step.act
             busy += out.job.devices
             held[out.job.job.tenant] += out.job.devices
-            heapq.heappush(ends, (now_us + out.job.duration_us, admitted, index))
+            run_us = out.job.duration_us if step.run_us is None else step.run_us
+            heapq.heappush(ends, (now_us + run_us, admitted, index))
             admitted += 1
             return True
         if step.verdict == "queue":
