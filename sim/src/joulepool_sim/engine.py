@@ -53,6 +53,7 @@ from joulepool.tree import Tree
 from joulepool_sim.errors import SimulationConfigError
 from joulepool_sim.estimates import SimJob
 from joulepool_sim.gpu_hours import DEVICES_HELD, GpuTimeQuota
+from joulepool_sim.preempt import Preemption, Slurm
 from joulepool_sim.runtime import DEFAULT_CHECKPOINT_US, Plan, plan
 
 STEWARD = "pool-simulate"
@@ -144,6 +145,8 @@ class PoolAdmission:
         self.runtime = runtime
         self.checkpoint_us = checkpoint_us
         self.plans: dict[int, Plan] = {}
+        self.extra_uj: dict[int, int] = {}
+        """Energy drawn again by a job preempted and resumed from a checkpoint (preempt.py)."""
         self.mode = mode
         self.schedule = schedule
         self.now_us = 0
@@ -220,6 +223,8 @@ class PoolAdmission:
         j = self.jobs[index]
         p = self.plans.get(index)
         actual = j.actual if p is None else Energy(p.charged_uj, j.actual.grade)
+        if index in self.extra_uj:
+            actual = Energy(actual.uj + self.extra_uj[index], actual.grade)
         self.pool.release(j.job.id, actual)
         held = self._earned.get(j.class_)
         # §2.6 derives the largest measured figure: a measured release at or below the
@@ -314,6 +319,8 @@ class JobOutcome:
     estimate: int = 0
     first_estimate: int = 0
     act: str | None = None
+    preempted: int = 0
+    """How many times its run was preempted (preempt.py)."""
 
     @property
     def started(self) -> bool:
@@ -347,6 +354,7 @@ class Run:
     busy: list[tuple[int, int]]
     horizon_us: int
     submissions: int = 0
+    slurm: Slurm | None = None
 
 
 def _category(reason: str) -> str:
@@ -364,6 +372,7 @@ def replay_trace(
     *,
     horizon_us: int | None = None,
     eager_retry: bool = False,
+    preemption: Preemption | None = None,
 ) -> Run:
     """Replay `jobs` (in arrival order) under `admission` until `horizon_us` (§3, §4, §6.2)."""
     arrivals = [m.job.arrival_us for m in jobs]
@@ -389,6 +398,20 @@ def replay_trace(
     run = Run(admission, outcomes, series, horizon)
     period = schedule.index_at(0)
     devices = [j.devices for j in jobs]
+    slurm = None if preemption is None else Slurm(preemption, jobs)
+    run.slurm = slurm
+    if slurm is not None and isinstance(admission, PoolAdmission):
+        admission.extra_uj = slurm.wasted_uj
+
+    def started(pairs: list[tuple[int, int]]) -> None:
+        """Runs Slurm started: their end events, and each job's first start."""
+        nonlocal admitted
+        for index, end in pairs:
+            out = outcomes[index]
+            if out.start_us is None:
+                out.start_us = slurm.first_start_us[index] if slurm is not None else None
+            heapq.heappush(ends, (end, admitted, index))
+            admitted += 1
 
     def stamp(index: int) -> tuple[int, ...]:
         out = outcomes[index]
@@ -422,14 +445,18 @@ def replay_trace(
         if not out.first:
             out.first = step.verdict
         if step.verdict == "admit":
-            out.start_us = now_us
+            out.start_us = now_us if slurm is None else None
             out.reserved_uj = step.reserved_uj
             out.borrowed_uj = step.borrowed_uj
             out.source = step.source
             out.at_renewal = renewal and _category(out.last_queue_reason or "") != "devices"
             out.act = step.act
-            busy += out.job.devices
             held[out.job.job.tenant] += out.job.devices
+            if slurm is not None:
+                started(slurm.admitted(index, now_us))
+                busy = slurm.busy
+                return True
+            busy += out.job.devices
             run_us = out.job.duration_us if step.run_us is None else step.run_us
             heapq.heappush(ends, (now_us + run_us, admitted, index))
             admitted += 1
@@ -499,6 +526,8 @@ def replay_trace(
             end_ms = schedule.period(period).end_ms
             if end_ms is not None and end_ms * 1000 < horizon:
                 times.append(end_ms * 1000)
+        if slurm is not None and (check := slurm.next_check()) is not None and check < horizon:
+            times.append(check)
         if not times:
             break
         now_us = min(times)
@@ -507,6 +536,8 @@ def replay_trace(
         fell_before = fell_any
         while ends and ends[0][0] == now_us:
             _, _, index = heapq.heappop(ends)
+            if slurm is not None and not slurm.ended(index, now_us):
+                continue  # the end of a run that was preempted
             out = outcomes[index]
             tenant = out.job.job.tenant
             freed = admission.release(index, now_us)
@@ -519,6 +550,11 @@ def replay_trace(
             if freed:
                 fell[tenant] += 1
                 fell_any += 1
+        if slurm is not None:
+            started(slurm.dispatch(now_us))
+            if now_us < horizon:
+                started(slurm.check(now_us))
+            busy = slurm.busy
         if busy != series[-1][1]:
             if series[-1][0] == now_us:
                 series[-1] = (now_us, busy)
@@ -544,9 +580,14 @@ def replay_trace(
             next_arrival += 1
             if not submit(index, now_us, False):
                 enqueue(index)
+        if slurm is not None:
+            busy = slurm.busy
         if busy != series[-1][1]:
             if series[-1][0] == now_us:
                 series[-1] = (now_us, busy)
             else:
                 series.append((now_us, busy))
+    if slurm is not None:
+        for index, times_preempted in slurm.preempted.items():
+            outcomes[index].preempted = times_preempted
     return run

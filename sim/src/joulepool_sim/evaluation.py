@@ -49,8 +49,10 @@ from joulepool_sim.policy import (
     grade_blind_policy,
     pool1_policy,
     split_in_proportion,
+    tiered_device_policy,
 )
-from joulepool_sim.summary import Summary, summarise
+from joulepool_sim.preempt import ORDERS, Preemption, tiers
+from joulepool_sim.summary import Percentile, Summary, censored_percentile, summarise
 from joulepool_sim.trace import read_trace, read_vc_sizes
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data" / "traces"
@@ -94,6 +96,7 @@ class Settings:
     error_sigma: Fraction = Fraction(1)
     drain_periods: int = DRAIN_PERIODS
     monthly: bool = True
+    preemption: bool = True
 
     def trace_path(self, seed: int) -> Path:
         """The seed's trace folder under the data folder, or `--trace-dir` for every seed."""
@@ -163,6 +166,20 @@ class Cell:
 
 
 @dataclass(slots=True)
+class PreemptionRow:
+    """One preemption replay (preempt.py): its summary, and its tiers' waits."""
+
+    order: str
+    summary: Summary
+    high_jobs: int
+    high_wait_median: Percentile | None
+    high_wait_p95: Percentile | None
+    low_wait_median: Percentile | None
+    preemptions: int
+    lost_gpu_us: int
+
+
+@dataclass(slots=True)
 class Evaluation:
     """The whole grid: the traces, the cells, and how long it took."""
 
@@ -170,6 +187,8 @@ class Evaluation:
     traces: dict[int, Trace] = field(default_factory=dict)
     cells: list[Cell] = field(default_factory=list)
     monthly: list[Cell] = field(default_factory=list)
+    preemption: dict[int, list[PreemptionRow]] = field(default_factory=dict)
+    high_tier: tuple[str, ...] = ()
     elapsed_ms: int = 0
 
     def cell(self, seed: int, budget_uj: int) -> Cell:
@@ -287,6 +306,61 @@ def _cell(
     return cell
 
 
+PREEMPTION_SQUEEZE = 2
+"""The preemption replay runs on 1/2 of the cluster's GPUs: at the full count the sampled
+trace seldom fills the partition, and preemption has nothing to act on."""
+
+
+def _preemption(settings: Settings, trace: Trace, schedule: Schedule) -> list[PreemptionRow]:
+    """The device quota with two priority tiers, without preemption, with §5.2's order
+    (`reclaim.victims`) and with Slurm's youngest-first choice (preempt.py)."""
+    jobs, sizes = trace.jobs, trace.sizes
+    ceiling: Counter[str] = Counter()
+    for j in jobs:
+        ceiling[j.job.tenant] += max(j.guess.uj, j.actual.uj)
+    priority = tiers(sizes)
+    gpus = settings.gpus // PREEMPTION_SQUEEZE
+    policy = tiered_device_policy(sizes, gpus, dict(ceiling), priority)
+    limits = device_limits(policy.tree)
+    shares = {vc: policy.tree[vc].guarantee_uj for vc in sizes}
+    rows = []
+    for order in ORDERS:
+        setup = Preemption(gpus, {vc: policy.tree[vc].priority for vc in sizes}, order)
+        run = replay_trace(
+            jobs,
+            PoolAdmission(jobs, policy.tree, GUESS, schedule),
+            limits,
+            horizon_us=trace.horizon_us,
+            preemption=setup,
+        )
+        s = summarise(run, order, order, shares, sizes, sum(shares.values()), gpus)
+        assert run.slurm is not None
+
+        def waits(high: bool, run: Run = run) -> list[tuple[int, bool]]:
+            return [
+                (o.wait_us, False)
+                if o.wait_us is not None
+                else (run.horizon_us - o.job.job.arrival_us, True)
+                for o in run.outcomes
+                if bool(priority[o.job.job.tenant]) == high
+            ]
+
+        high = waits(True)
+        rows.append(
+            PreemptionRow(
+                order,
+                s,
+                len(high),
+                censored_percentile(high, 50),
+                censored_percentile(high, 95),
+                censored_percentile(waits(False), 50),
+                sum(run.slurm.preempted.values()),
+                sum(run.slurm.lost_gpu_us.values()),
+            )
+        )
+    return rows
+
+
 def monthly_horizon_us(trace: Trace) -> int:
     """The first 30-day boundary at or after the weekly replay's horizon: every month whole,
     and no less time to drain than the weekly replay had."""
@@ -347,6 +421,10 @@ def evaluate(settings: Settings, progress: Callable[[str], None] | None = None) 
                 )
             } | cell.summaries
             evaluation.cells.append(cell)
+        if settings.preemption:
+            say(f"seed {seed}: preemption, two priority tiers")
+            evaluation.preemption[seed] = _preemption(settings, trace, schedule)
+            evaluation.high_tier = tuple(sorted(vc for vc, p in tiers(sizes).items() if p))
         if seed == settings.seeds[0] and settings.period == "week" and settings.monthly:
             month = Schedule("fixed", PERIOD_DAYS["month"] * DAY_MS, 0)
             horizon = monthly_horizon_us(trace)

@@ -326,7 +326,7 @@ def _runtime(
     summary: Summary, claims: Mapping[str, Ledgered], by_id: Mapping[str, JobOutcome]
 ) -> None:
     """Wasted energy and the tightness of earned estimates, read from the ledger: a
-    cancelled claim's charged actual is all wasted; a requeued one's charge past what the
+    cancelled claim's charged actual is all wasted; a requeued (or preempted) one's charge past what the
     job draws in one uninterrupted run (the simulation's truth) is the work it redid.
     Tightness: each claim admitted on an earned estimate, its ledgered reservation over
     what the job draws."""
@@ -336,7 +336,7 @@ def _runtime(
         draws = o.job.actual.uj
         if c.actual_uj is not None and o.act == "cancel":
             summary.wasted_uj += c.actual_uj
-        elif c.actual_uj is not None and o.act == "requeue":
+        elif c.actual_uj is not None and (o.act == "requeue" or o.preempted):
             summary.wasted_uj += c.actual_uj - draws
         if o.source == EARNED:
             ratios.append(Fraction(c.reserved_uj, draws))
