@@ -357,10 +357,13 @@ class Run:
     slurm: Slurm | None = None
 
 
+_SURPLUS = QueueReason.surplus_insufficient.value
+
+
 def _category(reason: str) -> str:
     if reason == DEVICES_HELD:
         return "devices"
-    if reason == QueueReason.surplus_insufficient.value:
+    if reason == _SURPLUS:
         return "surplus"
     return "own"
 
@@ -398,6 +401,9 @@ def replay_trace(
     run = Run(admission, outcomes, series, horizon)
     period = schedule.index_at(0)
     devices = [j.devices for j in jobs]
+    # Each queued claim's category, kept as its last Queue reason changes (profiled: the
+    # queue scans below read it millions of times on the whole trace).
+    categories = [""] * len(jobs)
     slurm = None if preemption is None else Slurm(preemption, jobs)
     run.slurm = slurm
     if slurm is not None and isinstance(admission, PoolAdmission):
@@ -416,7 +422,7 @@ def replay_trace(
     def stamp(index: int) -> tuple[int, ...]:
         out = outcomes[index]
         tenant = out.job.job.tenant
-        category = _category(out.last_queue_reason or "")
+        category = categories[index]
         if category == "devices":
             return (released[tenant],)
         version = admission.class_version(out.job.class_)
@@ -428,12 +434,12 @@ def replay_trace(
         tenant = outcomes[index].job.job.tenant
         queues.setdefault(tenant, []).append(index)
         stamps[index] = stamp(index)
-        surplus_waiting[tenant] += _category(outcomes[index].last_queue_reason or "") == "surplus"
+        surplus_waiting[tenant] += categories[index] == "surplus"
         class_waiting[(tenant, outcomes[index].job.class_)] += 1
 
     def dequeue(index: int) -> None:
         tenant = outcomes[index].job.job.tenant
-        surplus_waiting[tenant] -= _category(outcomes[index].last_queue_reason or "") == "surplus"
+        surplus_waiting[tenant] -= categories[index] == "surplus"
         class_waiting[(tenant, outcomes[index].job.class_)] -= 1
 
     def submit(index: int, now_us: int, renewal: bool) -> bool:
@@ -449,7 +455,7 @@ def replay_trace(
             out.reserved_uj = step.reserved_uj
             out.borrowed_uj = step.borrowed_uj
             out.source = step.source
-            out.at_renewal = renewal and _category(out.last_queue_reason or "") != "devices"
+            out.at_renewal = renewal and categories[index] != "devices"
             out.act = step.act
             held[out.job.job.tenant] += out.job.devices
             if slurm is not None:
@@ -465,6 +471,7 @@ def replay_trace(
             out.estimate = step.estimate
             out.first_estimate = step.first
             out.last_queue_reason = step.reason
+            categories[index] = _category(step.reason)
             out.queue_reasons.add(step.reason)
             return False
         out.deny_reason = step.reason
@@ -474,11 +481,11 @@ def replay_trace(
         """Sure to Queue again on the same estimate: past the guarantee left, and (when it
         may borrow) past its weighted share of the siblings' unspent guarantees."""
         out = outcomes[index]
-        category = _category(out.last_queue_reason or "")
-        if category == "devices" or stamps[index][-1] != admission.class_version(out.job.class_):
-            return False
+        category = categories[index]
         # The first estimate tried (the guess, in pool/1) is admitted whenever it fits.
-        if out.first_estimate <= left:
+        if category == "devices" or out.first_estimate <= left:
+            return False
+        if stamps[index][-1] != admission.class_version(out.job.class_):
             return False
         return category == "own" or out.estimate - left > share
 
@@ -510,7 +517,7 @@ def replay_trace(
             keep.append(index)
             out = outcomes[index]
             stamps[index] = stamp(index)
-            surplus_waiting[tenant] += _category(out.last_queue_reason or "") == "surplus"
+            surplus_waiting[tenant] += categories[index] == "surplus"
             class_waiting[(tenant, out.job.class_)] += 1
         queues[tenant] = keep
 
