@@ -103,3 +103,12 @@ def test_the_order_is_reclaims() -> None:
 )
 def test_tiers_give_the_smallest_vcs_the_high_tier(sizes: dict[str, int], high: set[str]) -> None:
     assert {vc for vc, p in tiers(sizes).items() if p} == high
+
+
+def test_the_tiered_tree_lets_every_vc_fill_the_partition() -> None:
+    from joulepool_sim.policy import tiered_device_policy
+
+    sizes = {"a": 1, "b": 1, "c": 2, "d": 4}
+    tree = tiered_device_policy(sizes, 8, dict.fromkeys(sizes, 100), tiers(sizes)).tree
+    assert {vc: tree[vc].guarantee_devices for vc in sizes} == dict.fromkeys(sizes, 8)
+    assert {vc: tree[vc].priority for vc in sizes} == {"a": 1, "b": 1, "c": 0, "d": 0}

@@ -248,7 +248,14 @@ RUNTIME_MARGIN_PCT = 10
 """The margin every runtime policy replayed here allows past the reservation (`margin_pct`)."""
 RUNTIME_ORDER = ("pool1", "pool1_requeue", "pool1_cancel", "pool1_timed", "pool1_timed_cancel")
 """pool/1 holding runs to their reservation, and declaring classes that name run time."""
-MONTHLY_ORDER = ("gpu_hours", "blind", "pool1", "pool1_cancel", "pool1_timed_cancel")
+MONTHLY_ORDER = (
+    "gpu_hours",
+    "blind",
+    "pool1",
+    "pool1_cancel",
+    "pool1_timed",
+    "pool1_timed_cancel",
+)
 """The policies replayed again with monthly periods (the first seed)."""
 VARIANTS: dict[str, tuple[str, bool]] = {
     "pool1": ("report", False),

@@ -120,9 +120,10 @@ def spread(values: Sequence[int | Fraction], show: Callable[[Any], str] | None =
             return show(v)
         return ratio_text(v) if isinstance(v, Fraction) else f"{v:,}"
 
-    if ordered[0] == ordered[-1]:
+    lo, hi = fmt(ordered[0]), fmt(ordered[-1])
+    if lo == hi:
         return fmt(mid)
-    return f"{fmt(mid)} ({fmt(ordered[0])}–{fmt(ordered[-1])})"
+    return f"{fmt(mid)} ({lo}–{hi})"
 
 
 def command(settings: Settings, out: Path) -> str:
@@ -867,9 +868,11 @@ def _runtime_conclusions(ev: Evaluation) -> dict[str, list[str]]:
             f"Monthly periods (seed {pairs[0][0].seed}, each {noun}ly budget × 30/7): beyond "
             f"the budget, pool/1 under `report` ran {cmp('pool1', beyond, gj, ' GJ')}; the "
             f"grade-blind quota {cmp('blind', beyond, gj, ' GJ')}; `cancel` "
-            f"{cmp('pool1_cancel', beyond, gj, ' GJ')}. Jobs completed under `cancel`: "
+            f"{cmp('pool1_cancel', beyond, gj, ' GJ')}; timed classes under `report` "
+            f"{cmp('pool1_timed', beyond, gj, ' GJ')}. Jobs completed under `cancel`: "
             f"{cmp('pool1_cancel', done, count)}; with timed classes and `cancel`: "
-            f"{cmp('pool1_timed_cancel', done, count)}. Median wait over all jobs under "
+            f"{cmp('pool1_timed_cancel', done, count)}; timed classes under `report`: "
+            f"{cmp('pool1_timed', done, count)}. Median wait over all jobs under "
             f"`cancel`: {cmp('pool1_cancel', waited, hours, ' h')}.",
         ]
     return out
