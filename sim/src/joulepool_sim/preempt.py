@@ -203,6 +203,15 @@ class Slurm:
             heapq.heappop(self.checks)
         if self.setup.order == "none" or not self.pending:
             return []
+        # Nothing can be taken unless a waiter owed something (pending `after_s`) outranks a
+        # running job (victims are of strictly lower priority): then nobody is asked.
+        after = self.setup.policy.after_s * 1_000_000
+        lowest = min((self._priority(i) for i in self.running), default=None)
+        if lowest is None or all(
+            now_us - since < after or self._priority(i) <= lowest
+            for i, since in self.pending.items()
+        ):
+            return []
         by_id = {self.jobs[i].job.id: i for i in self.running}
         if self.setup.order == "youngest":
             chosen = self._youngest(now_us)
