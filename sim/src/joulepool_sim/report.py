@@ -1140,6 +1140,10 @@ def render(ev: Evaluation, out: Path) -> str:
         "restarts the instant it is stopped: Slurm's own requeue delay is not modelled.",
         "- Requested run time is not enforced (no policy kills a job at its time limit); "
         "it only names the class.",
+        "- The whole trace (`--sample 1`, with `--gpus 704` and budgets × 4) is not what "
+        "this report replays: it runs well past 5 minutes here, its time going to the "
+        "replay's scans of long queues rather than to `Pool`'s decisions or the ledger "
+        "checks; sim/README.md gives the measured time and profile.",
         "",
     ]
     return "\n".join(first)
