@@ -788,9 +788,8 @@ def _runtime_conclusions(ev: Evaluation) -> dict[str, list[str]]:
         f"checkpoint (every {checkpoint} h of run time here) and runs to its end, and `due_act` "
         "makes the act due once per claim: the run that follows is never stopped. It costs "
         f"{wasted('pool1_requeue')} GJ of work done twice, and completes "
-        f"{fewer('pool1_requeue')} than `report`. "
-        "Where it would win is a requeue that re-admits the job on a new claim; that is not "
-        "what the service does.",
+        f"{fewer('pool1_requeue')} than `report`. (A requeue that re-admitted the job on a "
+        "new claim is not what the service does, and is not replayed.)",
         "- **cancel** "
         + (
             "keeps the cluster within the budget in every cell"
@@ -802,8 +801,7 @@ def _runtime_conclusions(ev: Evaluation) -> dict[str, list[str]]:
         f"{fewer('pool1_cancel')} completed than `report`, and "
         f"{wasted('pool1_cancel')} GJ spent on runs that were cancelled and never completed "
         "(all of a cancelled run's energy is wasted: it has no output). The median wait over "
-        f"all jobs was {wait('pool1_cancel')} h (report: {wait('pool1')} h): energy no longer "
-        "spent past reservations is left for queued claims.",
+        f"all jobs was {wait('pool1_cancel')} h (report: {wait('pool1')} h).",
     ]
     base = [c.summaries["pool1"] for c in cells]
     timed = [c.summaries["pool1_timed"] for c in cells]
