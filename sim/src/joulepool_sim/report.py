@@ -534,6 +534,15 @@ def _versus_conclusions(ev: Evaluation) -> list[str]:
             (wins if less_over * 2 > n else losses).append(
                 f"energy beyond the budget against the {name} ({less_over} of {n} cells no more)"
             )
+            shorter = sum(
+                (a := c.summaries[key].wait_all_median) is not None
+                and (b := c.summaries[base].wait_all_median) is not None
+                and a.us <= b.us
+                for c in ev.cells
+            )
+            (wins if shorter * 2 > n else losses).append(
+                f"median wait against the {name} ({shorter} of {n} cells no longer)"
+            )
         out.append(
             f"- **{VARIANT_TITLES[key]}** wins on "
             + ("; ".join(wins) if wins else "nothing")
