@@ -141,7 +141,7 @@ def admit(url: str, token: str, ids: list[str]) -> None:
 class DryAgent(Agent):
     """The agent with its acts counted, not carried out (there is no job to signal)."""
 
-    def _act(self, job: SlurmJob, kind: str) -> None:
+    def _act(self, job: SlurmJob, kind: str, rule: str = "over_reservation") -> None:
         pass
 
 
