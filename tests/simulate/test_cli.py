@@ -44,7 +44,21 @@ def test_simulate_writes_the_report_and_figures(
     assert result["traces"]["0"]["left_out_no_size"] == {"zz": 1}
     assert [c["budget_uj"] for c in result["cells"]] == [10_000_000_000, 20_000_000_000]
     cell = result["cells"][1]
-    assert set(cell["policies"]) == {"devices", "gpu_hours", "blind", "pool1"}
+    assert set(cell["policies"]) == {
+        "devices",
+        "gpu_hours",
+        "blind",
+        "pool1",
+        "pool1_requeue",
+        "pool1_cancel",
+        "pool1_timed",
+        "pool1_timed_cancel",
+    }
+    # The first seed again with monthly periods, and the preemption replay's three orders.
+    assert [c["budget_uj"] for c in result["monthly"]] == [42_857_142_857, 85_714_285_714]
+    assert set(result["preemption"]["0"]) == {"none", "realised_cost", "youngest"}
+    # Under sigma 0 no guess is below what its job draws: no run passes its reservation.
+    assert cell["policies"]["pool1_cancel"]["acts"].get("cancel", 0) == 0
     # With sigma 0 every user reserves twice the modelled figure. At 20,000,000,000 µJ a week
     # aa holds 3 of 4 GPUs and 15,000,000,000 µJ: its ResNet-50 job's guess (2 ×
     # 40 s × 200.25 W = 16.02 kJ) is more than its whole guarantee and a guess, so pool/1

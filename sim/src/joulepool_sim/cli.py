@@ -114,7 +114,7 @@ def _simulate(args: argparse.Namespace) -> int:
                         str(cell.seed),
                         gj(cell.budget_uj),
                         TITLES[key],
-                        f"{s.started}/{s.jobs}",
+                        f"{s.completed}/{s.jobs}",
                         gj(s.spent_uj),
                         gj(s.beyond_budget_uj),
                         gj(s.overrun_uj),

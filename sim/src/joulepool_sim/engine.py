@@ -40,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Protocol
 
+from joulepool.acts import RuntimePolicy
 from joulepool.admission import Admit, Deny, Queue, QueueReason
 from joulepool.claim import Claim
 from joulepool.estimate import Derived
@@ -52,6 +53,8 @@ from joulepool.tree import Tree
 from joulepool_sim.errors import SimulationConfigError
 from joulepool_sim.estimates import SimJob
 from joulepool_sim.gpu_hours import DEVICES_HELD, GpuTimeQuota
+from joulepool_sim.preempt import Preemption, Slurm
+from joulepool_sim.runtime import DEFAULT_CHECKPOINT_US, Plan, plan
 
 STEWARD = "pool-simulate"
 GUESS = "guess"
@@ -75,6 +78,8 @@ class Step:
     source: str = GUESS
     estimate: int = 0
     first: int = 0
+    run_us: int | None = None
+    act: str | None = None
 
 
 class Admission(Protocol):
@@ -117,6 +122,11 @@ class PoolAdmission:
       that `ModelBased` estimate, which may borrow;
     - `blind`: a quota blind to grades: the user's guess presented as observed, so §4.4's
       first rule never fires and a guess borrows like a measurement.
+
+    `runtime`, where given, is the service's `[runtime]` policy held over every admitted
+    run (runtime.py): the act `acts.due_act` makes due when the run passes its reservation
+    and margin ends it (`cancel`) or restarts it from its last checkpoint (`requeue`), and
+    its release charges what it drew. None: no run is ever looked at (today's replay).
     """
 
     def __init__(
@@ -126,10 +136,17 @@ class PoolAdmission:
         mode: str,
         schedule: Schedule = NONE,
         key: KeyPair | None = None,
+        runtime: RuntimePolicy | None = None,
+        checkpoint_us: int = DEFAULT_CHECKPOINT_US,
     ) -> None:
         if mode not in (GUESS, EARNED, "blind"):
             raise SimulationConfigError(f"unknown estimate mode {mode!r}")
         self.jobs = jobs
+        self.runtime = runtime
+        self.checkpoint_us = checkpoint_us
+        self.plans: dict[int, Plan] = {}
+        self.extra_uj: dict[int, int] = {}
+        """Energy drawn again by a job preempted and resumed from a checkpoint (preempt.py)."""
         self.mode = mode
         self.schedule = schedule
         self.now_us = 0
@@ -191,19 +208,30 @@ class PoolAdmission:
                 step = replace(self._decide(index, derived.estimate, EARNED), first=guess.uj)
         if step.verdict == "admit":
             self.reserved[index] = step.reserved_uj
+            if self.runtime is not None:
+                p = plan(
+                    self.runtime, self.jobs[index], step.reserved_uj, now_us, self.checkpoint_us
+                )
+                self.plans[index] = p
+                step = replace(step, run_us=p.run_us, act=p.act)
         return step
 
     def release(self, index: int, now_us: int) -> bool:
-        """`Pool.release`, charging the measured actual (§6.2)."""
+        """`Pool.release`, charging the measured actual (§6.2): what the job drew, or under a
+        runtime policy what its run (or runs) drew until it ended."""
         self.now_us = now_us
         j = self.jobs[index]
-        self.pool.release(j.job.id, j.actual)
+        p = self.plans.get(index)
+        actual = j.actual if p is None else Energy(p.charged_uj, j.actual.grade)
+        if index in self.extra_uj:
+            actual = Energy(actual.uj + self.extra_uj[index], actual.grade)
+        self.pool.release(j.job.id, actual)
         held = self._earned.get(j.class_)
         # §2.6 derives the largest measured figure: a measured release at or below the
         # class's earned estimate cannot change it, so the pool is not asked again.
-        if held is None or not j.actual.grade.observed or j.actual.uj > held.max_uj:
+        if held is None or not actual.grade.observed or actual.uj > held.max_uj:
             self._stale.add(j.class_)
-        return j.actual.uj < self.reserved.pop(index)
+        return actual.uj < self.reserved.pop(index)
 
     def changed(self, classes: set[str]) -> set[str]:
         """Re-read the earned estimates of `classes` (just released, claims waiting); every
@@ -290,11 +318,19 @@ class JobOutcome:
     at_renewal: bool = False
     estimate: int = 0
     first_estimate: int = 0
+    act: str | None = None
+    preempted: int = 0
+    """How many times its run was preempted (preempt.py)."""
 
     @property
     def started(self) -> bool:
         """Admitted at some point."""
         return self.start_us is not None
+
+    @property
+    def completed(self) -> bool:
+        """Admitted and run to its end: not cancelled."""
+        return self.start_us is not None and self.act != "cancel"
 
     @property
     def wait_us(self) -> int | None:
@@ -318,12 +354,16 @@ class Run:
     busy: list[tuple[int, int]]
     horizon_us: int
     submissions: int = 0
+    slurm: Slurm | None = None
+
+
+_SURPLUS = QueueReason.surplus_insufficient.value
 
 
 def _category(reason: str) -> str:
     if reason == DEVICES_HELD:
         return "devices"
-    if reason == QueueReason.surplus_insufficient.value:
+    if reason == _SURPLUS:
         return "surplus"
     return "own"
 
@@ -335,6 +375,7 @@ def replay_trace(
     *,
     horizon_us: int | None = None,
     eager_retry: bool = False,
+    preemption: Preemption | None = None,
 ) -> Run:
     """Replay `jobs` (in arrival order) under `admission` until `horizon_us` (§3, §4, §6.2)."""
     arrivals = [m.job.arrival_us for m in jobs]
@@ -360,11 +401,28 @@ def replay_trace(
     run = Run(admission, outcomes, series, horizon)
     period = schedule.index_at(0)
     devices = [j.devices for j in jobs]
+    # Each queued claim's category, kept as its last Queue reason changes (profiled: the
+    # queue scans below read it millions of times on the whole trace).
+    categories = [""] * len(jobs)
+    slurm = None if preemption is None else Slurm(preemption, jobs)
+    run.slurm = slurm
+    if slurm is not None and isinstance(admission, PoolAdmission):
+        admission.extra_uj = slurm.wasted_uj
+
+    def started(pairs: list[tuple[int, int]]) -> None:
+        """Runs Slurm started: their end events, and each job's first start."""
+        nonlocal admitted
+        for index, end in pairs:
+            out = outcomes[index]
+            if out.start_us is None:
+                out.start_us = slurm.first_start_us[index] if slurm is not None else None
+            heapq.heappush(ends, (end, admitted, index))
+            admitted += 1
 
     def stamp(index: int) -> tuple[int, ...]:
         out = outcomes[index]
         tenant = out.job.job.tenant
-        category = _category(out.last_queue_reason or "")
+        category = categories[index]
         if category == "devices":
             return (released[tenant],)
         version = admission.class_version(out.job.class_)
@@ -376,12 +434,12 @@ def replay_trace(
         tenant = outcomes[index].job.job.tenant
         queues.setdefault(tenant, []).append(index)
         stamps[index] = stamp(index)
-        surplus_waiting[tenant] += _category(outcomes[index].last_queue_reason or "") == "surplus"
+        surplus_waiting[tenant] += categories[index] == "surplus"
         class_waiting[(tenant, outcomes[index].job.class_)] += 1
 
     def dequeue(index: int) -> None:
         tenant = outcomes[index].job.job.tenant
-        surplus_waiting[tenant] -= _category(outcomes[index].last_queue_reason or "") == "surplus"
+        surplus_waiting[tenant] -= categories[index] == "surplus"
         class_waiting[(tenant, outcomes[index].job.class_)] -= 1
 
     def submit(index: int, now_us: int, renewal: bool) -> bool:
@@ -393,20 +451,27 @@ def replay_trace(
         if not out.first:
             out.first = step.verdict
         if step.verdict == "admit":
-            out.start_us = now_us
+            out.start_us = now_us if slurm is None else None
             out.reserved_uj = step.reserved_uj
             out.borrowed_uj = step.borrowed_uj
             out.source = step.source
-            out.at_renewal = renewal and _category(out.last_queue_reason or "") != "devices"
-            busy += out.job.devices
+            out.at_renewal = renewal and categories[index] != "devices"
+            out.act = step.act
             held[out.job.job.tenant] += out.job.devices
-            heapq.heappush(ends, (now_us + out.job.duration_us, admitted, index))
+            if slurm is not None:
+                started(slurm.admitted(index, now_us))
+                busy = slurm.busy
+                return True
+            busy += out.job.devices
+            run_us = out.job.duration_us if step.run_us is None else step.run_us
+            heapq.heappush(ends, (now_us + run_us, admitted, index))
             admitted += 1
             return True
         if step.verdict == "queue":
             out.estimate = step.estimate
             out.first_estimate = step.first
             out.last_queue_reason = step.reason
+            categories[index] = _category(step.reason)
             out.queue_reasons.add(step.reason)
             return False
         out.deny_reason = step.reason
@@ -416,11 +481,11 @@ def replay_trace(
         """Sure to Queue again on the same estimate: past the guarantee left, and (when it
         may borrow) past its weighted share of the siblings' unspent guarantees."""
         out = outcomes[index]
-        category = _category(out.last_queue_reason or "")
-        if category == "devices" or stamps[index][-1] != admission.class_version(out.job.class_):
-            return False
+        category = categories[index]
         # The first estimate tried (the guess, in pool/1) is admitted whenever it fits.
-        if out.first_estimate <= left:
+        if category == "devices" or out.first_estimate <= left:
+            return False
+        if stamps[index][-1] != admission.class_version(out.job.class_):
             return False
         return category == "own" or out.estimate - left > share
 
@@ -452,7 +517,7 @@ def replay_trace(
             keep.append(index)
             out = outcomes[index]
             stamps[index] = stamp(index)
-            surplus_waiting[tenant] += _category(out.last_queue_reason or "") == "surplus"
+            surplus_waiting[tenant] += categories[index] == "surplus"
             class_waiting[(tenant, out.job.class_)] += 1
         queues[tenant] = keep
 
@@ -468,6 +533,8 @@ def replay_trace(
             end_ms = schedule.period(period).end_ms
             if end_ms is not None and end_ms * 1000 < horizon:
                 times.append(end_ms * 1000)
+        if slurm is not None and (check := slurm.next_check()) is not None and check < horizon:
+            times.append(check)
         if not times:
             break
         now_us = min(times)
@@ -476,6 +543,8 @@ def replay_trace(
         fell_before = fell_any
         while ends and ends[0][0] == now_us:
             _, _, index = heapq.heappop(ends)
+            if slurm is not None and not slurm.ended(index, now_us):
+                continue  # the end of a run that was preempted
             out = outcomes[index]
             tenant = out.job.job.tenant
             freed = admission.release(index, now_us)
@@ -488,6 +557,11 @@ def replay_trace(
             if freed:
                 fell[tenant] += 1
                 fell_any += 1
+        if slurm is not None:
+            started(slurm.dispatch(now_us))
+            if now_us < horizon:
+                started(slurm.check(now_us))
+            busy = slurm.busy
         if busy != series[-1][1]:
             if series[-1][0] == now_us:
                 series[-1] = (now_us, busy)
@@ -513,9 +587,14 @@ def replay_trace(
             next_arrival += 1
             if not submit(index, now_us, False):
                 enqueue(index)
+        if slurm is not None:
+            busy = slurm.busy
         if busy != series[-1][1]:
             if series[-1][0] == now_us:
                 series[-1] = (now_us, busy)
             else:
                 series.append((now_us, busy))
+    if slurm is not None:
+        for index, times_preempted in slurm.preempted.items():
+            outcomes[index].preempted = times_preempted
     return run

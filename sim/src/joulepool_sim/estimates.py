@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from joulepool.grade import Energy, Grade
@@ -107,6 +107,28 @@ class SimJob:
 def job_class(job: TraceJob) -> str:
     """The §2.6 class a claim declares: Gavel's job type (with its batch size) × gang size."""
     return f"{job.job_type} x{job.gpus}"
+
+
+US_PER_HOUR = 3_600 * 1_000_000
+
+
+def time_bucket_hours(requested_us: int) -> int:
+    """The requested run time's bucket: the least power of two of hours at or above it."""
+    whole_hours = -(-requested_us // US_PER_HOUR)
+    return 1 << max(0, whole_hours - 1).bit_length()
+
+
+def timed_class(job: SimJob) -> str:
+    """The class an operator would declare with the requested run time: job type × gang
+    size × the request bucketed in powers of two of hours (`≤ 1 h`, `≤ 2 h`, `≤ 4 h`, ...).
+    The request carries the user's error (the same multiplier as the energy guess), so a
+    class groups runs that their users expected to take about as long."""
+    return f"{job_class(job.job)} <={time_bucket_hours(job.requested_us)}h"
+
+
+def with_timed_classes(jobs: list[SimJob]) -> list[SimJob]:
+    """The same jobs, each declaring `timed_class`."""
+    return [replace(j, class_=timed_class(j)) for j in jobs]
 
 
 def simulated(modelled: ModelledJob, errors: ErrorModel, gpus_per_node: int) -> SimJob:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
+from joulepool.acts import RuntimePolicy
 from joulepool.periods import DAY_MS, Schedule
 from joulepool_sim.energy import (
     EnergyModel,
@@ -32,13 +33,14 @@ from joulepool_sim.energy import (
 from joulepool_sim.engine import (
     EARNED,
     GUESS,
+    Admission,
     GpuTimeAdmission,
     PoolAdmission,
     Run,
     replay_trace,
 )
 from joulepool_sim.errors import SimulationConfigError
-from joulepool_sim.estimates import ErrorModel, SimJob, simulated
+from joulepool_sim.estimates import ErrorModel, SimJob, simulated, with_timed_classes
 from joulepool_sim.gpu_hours import GpuTimeQuota
 from joulepool_sim.policy import (
     device_limits,
@@ -47,8 +49,10 @@ from joulepool_sim.policy import (
     grade_blind_policy,
     pool1_policy,
     split_in_proportion,
+    tiered_device_policy,
 )
-from joulepool_sim.summary import Summary, summarise
+from joulepool_sim.preempt import ORDERS, Preemption, tiers
+from joulepool_sim.summary import Percentile, Summary, censored_percentile, summarise
 from joulepool_sim.trace import read_trace, read_vc_sizes
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent / "data" / "traces"
@@ -91,6 +95,8 @@ class Settings:
     error_median: Fraction = Fraction(2)
     error_sigma: Fraction = Fraction(1)
     drain_periods: int = DRAIN_PERIODS
+    monthly: bool = True
+    preemption: bool = True
 
     def trace_path(self, seed: int) -> Path:
         """The seed's trace folder under the data folder, or `--trace-dir` for every seed."""
@@ -160,12 +166,29 @@ class Cell:
 
 
 @dataclass(slots=True)
+class PreemptionRow:
+    """One preemption replay (preempt.py): its summary, and its tiers' waits."""
+
+    order: str
+    summary: Summary
+    high_jobs: int
+    high_wait_median: Percentile | None
+    high_wait_p95: Percentile | None
+    low_wait_median: Percentile | None
+    preemptions: int
+    lost_gpu_us: int
+
+
+@dataclass(slots=True)
 class Evaluation:
     """The whole grid: the traces, the cells, and how long it took."""
 
     settings: Settings
     traces: dict[int, Trace] = field(default_factory=dict)
     cells: list[Cell] = field(default_factory=list)
+    monthly: list[Cell] = field(default_factory=list)
+    preemption: dict[int, list[PreemptionRow]] = field(default_factory=dict)
+    high_tier: tuple[str, ...] = ()
     elapsed_ms: int = 0
 
     def cell(self, seed: int, budget_uj: int) -> Cell:
@@ -221,8 +244,140 @@ def _summary(run: Run, key: str, title: str, trace: Trace, budget: int, gpus: in
     return summarise(run, key, title, shares, trace.sizes, budget, gpus)
 
 
+RUNTIME_MARGIN_PCT = 10
+"""The margin every runtime policy replayed here allows past the reservation (`margin_pct`)."""
+RUNTIME_ORDER = ("pool1", "pool1_requeue", "pool1_cancel", "pool1_timed", "pool1_timed_cancel")
+"""pool/1 holding runs to their reservation, and declaring classes that name run time."""
+MONTHLY_ORDER = (
+    "gpu_hours",
+    "blind",
+    "pool1",
+    "pool1_cancel",
+    "pool1_timed",
+    "pool1_timed_cancel",
+)
+"""The policies replayed again with monthly periods (the first seed)."""
+VARIANTS: dict[str, tuple[str, bool]] = {
+    "pool1": ("report", False),
+    "pool1_requeue": ("requeue", False),
+    "pool1_cancel": ("cancel", False),
+    "pool1_timed": ("report", True),
+    "pool1_timed_cancel": ("cancel", True),
+}
+"""Each pool/1 variant: its `[runtime] over_reservation`, and whether its classes name the
+requested run time (estimates.timed_class)."""
+
+
+def _cell(
+    settings: Settings,
+    trace: Trace,
+    schedule: Schedule,
+    budget: int,
+    keys: tuple[str, ...],
+    horizon_us: int,
+    timed: list[SimJob],
+    say: Callable[[str], None],
+    noun: str,
+) -> Cell:
+    """Every policy of `keys` but the device quota, for one trace and budget."""
+    jobs, sizes = trace.jobs, trace.sizes
+    limits = device_limits(pool1_policy(sizes, settings.gpus, budget).tree)
+    # The same budget in GPU-time, at the replayed jobs' mean modelled power per GPU.
+    budget_gpu_us = budget * trace.gpu_us // trace.demand_uj
+    cell = Cell(trace.seed, budget, budget_gpu_us, {})
+    shares = split_in_proportion(budget, sizes)
+
+    def summary(run: Run, key: str, title: str) -> Summary:
+        return summarise(run, key, title, shares, sizes, budget, settings.gpus)
+
+    for key in keys:
+        say(f"seed {trace.seed}, {budget:,} µJ a {noun}: {key}")
+        if key == "gpu_hours":
+            quota = GpuTimeQuota(limits, gpu_time_budgets(sizes, budget_gpu_us))
+            adm: Admission = GpuTimeAdmission(jobs, quota, schedule)
+            run = replay_trace(jobs, adm, limits, horizon_us=horizon_us)
+            cell.summaries[key] = summary(run, key, "GPU-hour quota (GrpTRESMins)")
+        elif key == "blind":
+            blind = grade_blind_policy(sizes, settings.gpus, budget)
+            adm = PoolAdmission(jobs, blind.tree, "blind", schedule)
+            run = replay_trace(jobs, adm, limits, horizon_us=horizon_us)
+            cell.summaries[key] = summary(run, key, blind.title)
+        else:
+            act, by_time = VARIANTS[key]
+            replayed = timed if by_time else jobs
+            tree = pool1_policy(sizes, settings.gpus, budget).tree
+            runtime = RuntimePolicy(act, RUNTIME_MARGIN_PCT)
+            adm = PoolAdmission(replayed, tree, EARNED, schedule, runtime=runtime)
+            run = replay_trace(replayed, adm, limits, horizon_us=horizon_us)
+            cell.summaries[key] = summary(run, key, key)
+    return cell
+
+
+PREEMPTION_SQUEEZE = 2
+"""The preemption replay runs on 1/2 of the cluster's GPUs: at the full count the sampled
+trace seldom fills the partition, and preemption has nothing to act on."""
+
+
+def _preemption(settings: Settings, trace: Trace, schedule: Schedule) -> list[PreemptionRow]:
+    """The device quota with two priority tiers, without preemption, with §5.2's order
+    (`reclaim.victims`) and with Slurm's youngest-first choice (preempt.py)."""
+    jobs, sizes = trace.jobs, trace.sizes
+    ceiling: Counter[str] = Counter()
+    for j in jobs:
+        ceiling[j.job.tenant] += max(j.guess.uj, j.actual.uj)
+    priority = tiers(sizes)
+    gpus = settings.gpus // PREEMPTION_SQUEEZE
+    policy = tiered_device_policy(sizes, gpus, dict(ceiling), priority)
+    limits = device_limits(policy.tree)
+    shares = {vc: policy.tree[vc].guarantee_uj for vc in sizes}
+    rows = []
+    for order in ORDERS:
+        setup = Preemption(gpus, {vc: policy.tree[vc].priority for vc in sizes}, order)
+        run = replay_trace(
+            jobs,
+            PoolAdmission(jobs, policy.tree, GUESS, schedule),
+            limits,
+            horizon_us=trace.horizon_us,
+            preemption=setup,
+        )
+        s = summarise(run, order, order, shares, sizes, sum(shares.values()), gpus)
+        assert run.slurm is not None
+
+        def waits(high: bool, run: Run = run) -> list[tuple[int, bool]]:
+            return [
+                (o.wait_us, False)
+                if o.wait_us is not None
+                else (run.horizon_us - o.job.job.arrival_us, True)
+                for o in run.outcomes
+                if bool(priority[o.job.job.tenant]) == high
+            ]
+
+        high = waits(True)
+        rows.append(
+            PreemptionRow(
+                order,
+                s,
+                len(high),
+                censored_percentile(high, 50),
+                censored_percentile(high, 95),
+                censored_percentile(waits(False), 50),
+                sum(run.slurm.preempted.values()),
+                sum(run.slurm.lost_gpu_us.values()),
+            )
+        )
+    return rows
+
+
+def monthly_horizon_us(trace: Trace) -> int:
+    """The first 30-day boundary at or after the weekly replay's horizon: every month whole,
+    and no less time to drain than the weekly replay had."""
+    month_us = PERIOD_DAYS["month"] * DAY_MS * 1000
+    return -(-trace.horizon_us // month_us) * month_us
+
+
 def evaluate(settings: Settings, progress: Callable[[str], None] | None = None) -> Evaluation:
-    """Replay every seed under every policy and budget (§2.1, §2.2, §2.6, §4, §6)."""
+    """Replay every seed under every policy and budget (§2.1, §2.2, §2.6, §4, §6), and the
+    first seed again under monthly periods where the settings' periods are weekly."""
     say = progress if progress is not None else (lambda _: None)
     if settings.gpus < 1:
         raise SimulationConfigError(f"--gpus must be at least 1, got {settings.gpus}")
@@ -235,11 +390,14 @@ def evaluate(settings: Settings, progress: Callable[[str], None] | None = None) 
     started = time.perf_counter_ns()
     evaluation = Evaluation(settings)
     schedule = settings.schedule
+    keys = tuple(k for k in (*POLICY_ORDER, *RUNTIME_ORDER) if k != "devices")
+    keys = tuple(dict.fromkeys(keys))
     for seed in settings.seeds:
         say(f"reading seed {seed}")
         trace = load_trace(settings, seed)
         evaluation.traces[seed] = trace
         jobs, sizes = trace.jobs, trace.sizes
+        timed = with_timed_classes(jobs)
         ceiling: Counter[str] = Counter()
         for j in jobs:
             ceiling[j.job.tenant] += max(j.guess.uj, j.actual.uj)
@@ -253,50 +411,36 @@ def evaluate(settings: Settings, progress: Callable[[str], None] | None = None) 
             horizon_us=trace.horizon_us,
         )
         for budget in settings.budgets_uj:
-            # The same budget in GPU-time, at the replayed jobs' mean modelled power per GPU.
-            budget_gpu_us = budget * trace.gpu_us // trace.demand_uj
-            cell = Cell(seed, budget, budget_gpu_us, {})
-
-            def summary(
-                run: Run, key: str, title: str, budget: int = budget, trace: Trace = trace
-            ) -> Summary:
-                return _summary(run, key, title, trace, budget, settings.gpus)
-
-            cell.summaries["devices"] = summary(quota_run, "devices", devices.title)
-            say(f"seed {seed}, budget {budget:,} µJ: GPU-hour quota, grade-blind, pool/1")
-            quota = GpuTimeQuota(limits, gpu_time_budgets(sizes, budget_gpu_us))
-            cell.summaries["gpu_hours"] = summary(
-                replay_trace(
-                    jobs,
-                    GpuTimeAdmission(jobs, quota, schedule),
-                    limits,
-                    horizon_us=trace.horizon_us,
-                ),
-                "gpu_hours",
-                "GPU-hour quota (GrpTRESMins)",
+            cell = _cell(
+                settings,
+                trace,
+                schedule,
+                budget,
+                keys,
+                trace.horizon_us,
+                timed,
+                say,
+                settings.period,
             )
-            blind = grade_blind_policy(sizes, settings.gpus, budget)
-            cell.summaries["blind"] = summary(
-                replay_trace(
-                    jobs,
-                    PoolAdmission(jobs, blind.tree, "blind", schedule),
-                    limits,
-                    horizon_us=trace.horizon_us,
-                ),
-                "blind",
-                blind.title,
-            )
-            pool1 = pool1_policy(sizes, settings.gpus, budget)
-            cell.summaries["pool1"] = summary(
-                replay_trace(
-                    jobs,
-                    PoolAdmission(jobs, pool1.tree, EARNED, schedule),
-                    limits,
-                    horizon_us=trace.horizon_us,
-                ),
-                "pool1",
-                "pool/1",
-            )
+            cell.summaries = {
+                "devices": _summary(
+                    quota_run, "devices", devices.title, trace, budget, settings.gpus
+                )
+            } | cell.summaries
             evaluation.cells.append(cell)
+        if settings.preemption:
+            say(f"seed {seed}: preemption, two priority tiers")
+            evaluation.preemption[seed] = _preemption(settings, trace, schedule)
+            evaluation.high_tier = tuple(sorted(vc for vc, p in tiers(sizes).items() if p))
+        if seed == settings.seeds[0] and settings.period == "week" and settings.monthly:
+            month = Schedule("fixed", PERIOD_DAYS["month"] * DAY_MS, 0)
+            horizon = monthly_horizon_us(trace)
+            for budget in settings.budgets_uj:
+                monthly = budget * PERIOD_DAYS["month"] // PERIOD_DAYS["week"]
+                evaluation.monthly.append(
+                    _cell(
+                        settings, trace, month, monthly, MONTHLY_ORDER, horizon, timed, say, "month"
+                    )
+                )
     evaluation.elapsed_ms = (time.perf_counter_ns() - started) // 1_000_000
     return evaluation

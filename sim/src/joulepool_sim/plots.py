@@ -49,7 +49,7 @@ def plot_baselines(ev: Evaluation, path: Path) -> None:
             for budget in budgets:
                 ss = [c.summaries[key] for c in ev.cells if c.budget_uj == budget]
                 values = sorted(
-                    s.started if metric == "jobs" else 100 * s.spent_uj / s.budget_uj for s in ss
+                    s.completed if metric == "jobs" else 100 * s.spent_uj / s.budget_uj for s in ss
                 )
                 mid = values[(len(values) - 1) // 2]
                 mids.append(mid)

@@ -127,3 +127,32 @@ def gpu_time_budgets(sizes: Mapping[str, int], budget_gpu_us: int) -> dict[str, 
 def device_limits(tree: Tree) -> dict[str, int]:
     """Each VC's device guarantee, the GPUs it may hold at once."""
     return {vc: tree[vc].guarantee_devices for vc in tree.children(ROOT)}
+
+
+def tiered_device_policy(
+    sizes: Mapping[str, int], gpus: int, ceilings: Mapping[str, int], priority: Mapping[str, int]
+) -> Policy:
+    """The device quota for the preemption replay (preempt.py): every VC may hold the whole
+    partition (its device guarantee is every GPU), so Pool admits on energy alone, which
+    never binds (`ceilings`, as `device_only_policy`), and who runs is Slurm's choice by
+    priority tier, as on a partition shared by a high and a low QOS."""
+    _check(sizes, gpus)
+    devices = dict.fromkeys(sizes, gpus)
+    children = [
+        Entitlement(
+            id=vc,
+            parent=ROOT,
+            guarantee_uj=ceilings[vc],
+            guarantee_devices=devices[vc],
+            over_quota_weight=sizes[vc],
+            priority=priority.get(vc, 0),
+        )
+        for vc in sorted(sizes)
+    ]
+    root = Entitlement(
+        id=ROOT,
+        guarantee_uj=sum(ceilings[vc] for vc in sizes),
+        guarantee_devices=sum(devices.values()),
+        over_quota_weight=0,
+    )
+    return Policy("tiers", "device quota, two priority tiers", Tree([root, *children]))

@@ -133,6 +133,13 @@ class Summary:
     submitted_earned: int = 0
     ledger_entries: int | None = None
     ledger_head: str | None = None
+    completed: int = 0
+    acts: dict[str, int] = field(default_factory=dict)
+    wasted_uj: int = 0
+    earned_claims: int = 0
+    earned_under: int = 0
+    earned_ratio_median: Fraction | None = None
+    earned_ratio_p90: Fraction | None = None
 
     @property
     def beyond_budget_uj(self) -> int:
@@ -294,12 +301,49 @@ def summarise(
         ledger_head=head,
         overrun_by_team=overrun_by_team,
     )
+    summary.completed = sum(o.completed for o in outcomes)
+    for o in outcomes:
+        if o.act is not None:
+            summary.acts[o.act] = summary.acts.get(o.act, 0) + 1
     if claims:
+        _runtime(summary, claims, by_id)
         summary.reservations = _reservations(claims, by_id)
         summary.submitted_earned = sum(o.source == EARNED for o in outcomes if o.started)
         summary.classes = len({o.job.class_ for o in outcomes})
         summary.class_earned_days = _earned_days(released_by_class, required_evidence)
     return summary
+
+
+def nearest_rank(values: Sequence[Fraction], percent: int) -> Fraction | None:
+    """The nearest-rank percentile of exact ratios; None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(percent * len(ordered) / 100)) - 1]
+
+
+def _runtime(
+    summary: Summary, claims: Mapping[str, Ledgered], by_id: Mapping[str, JobOutcome]
+) -> None:
+    """Wasted energy and the tightness of earned estimates, read from the ledger: a
+    cancelled claim's charged actual is all wasted; a requeued (or preempted) one's charge past what the
+    job draws in one uninterrupted run (the simulation's truth) is the work it redid.
+    Tightness: each claim admitted on an earned estimate, its ledgered reservation over
+    what the job draws."""
+    ratios: list[Fraction] = []
+    for claim_id, c in claims.items():
+        o = by_id[claim_id]
+        draws = o.job.actual.uj
+        if c.actual_uj is not None and o.act == "cancel":
+            summary.wasted_uj += c.actual_uj
+        elif c.actual_uj is not None and (o.act == "requeue" or o.preempted):
+            summary.wasted_uj += c.actual_uj - draws
+        if o.source == EARNED:
+            ratios.append(Fraction(c.reserved_uj, draws))
+            summary.earned_under += c.reserved_uj < draws
+    summary.earned_claims = len(ratios)
+    summary.earned_ratio_median = nearest_rank(ratios, 50)
+    summary.earned_ratio_p90 = nearest_rank(ratios, 90)
 
 
 def _reservations(
