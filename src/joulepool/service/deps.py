@@ -153,3 +153,13 @@ def require_scope(who: Principal, pool: Pool, entitlement: str) -> None:
         raise ApiError(
             403, "forbidden", f"entitlement {entitlement!r} is outside this token's scope"
         )
+
+
+def query_figure(value: str | None, name: str) -> int | None:
+    """A query parameter that is a non-negative integer (API.md: `since_ms`, `limit`,
+    `cursor`, `min_age_s`), None when absent; anything else is 422 naming `name`."""
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or len(value) > 20:
+        raise InvalidInput(name, "must be a non-negative integer")
+    return int(value)

@@ -29,6 +29,7 @@ from joulepool.service.deps import (
     ApiError,
     operator_or_bridge,
     principal,
+    query_figure,
     require_scope,
     served,
 )
@@ -209,14 +210,6 @@ async def report_action(
     return JSONResponse({**record, "new": new})
 
 
-def _since(value: str | None) -> int | None:
-    if value is None:
-        return None
-    if not value.isascii() or not value.isdigit() or len(value) > 20:
-        raise InvalidInput("since_ms", "must be a non-negative integer")
-    return int(value)
-
-
 @router.get("/v1/actions", responses=ERRORS, tags=["run time"])
 def list_actions(
     request: Request,
@@ -240,9 +233,9 @@ def list_actions(
         if entitlement not in tree:
             raise InvalidInput("entitlement", f"no entitlement {entitlement!r}")
         require_scope(who, pool, entitlement)
-    since = _since(query.get("since_ms"))
+    since = query_figure(query.get("since_ms"), "since_ms")
     limit_text = query.get("limit")
-    limit = 100 if limit_text is None else check_figure(_since(limit_text), "limit")
+    limit = 100 if limit_text is None else check_figure(query_figure(limit_text, "limit"), "limit")
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput("limit", f"must be between 1 and {MAX_LIMIT}")
     out = visible_actions(

@@ -18,6 +18,7 @@ from joulepool.service.deps import (
     ApiError,
     operator_or_bridge,
     principal,
+    query_figure,
     require_scope,
     served,
 )
@@ -101,14 +102,6 @@ async def progress(
     return JSONResponse({"claim": claim_id, "units": report.units})
 
 
-def _figure(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    if not value.isascii() or not value.isdigit() or len(value) > 20:
-        raise InvalidInput(name, "must be a non-negative integer")
-    return int(value)
-
-
 @router.get("/v1/claims", responses=ERRORS, tags=["run time"])
 def list_claims(
     request: Request,
@@ -134,10 +127,10 @@ def list_claims(
         who.subtree,
         entitlement,
         query.get("state"),
-        _figure(query.get("min_age_s"), "min_age_s"),
+        query_figure(query.get("min_age_s"), "min_age_s"),
     )
-    limit = _figure(query.get("limit"), "limit")
-    cursor = _figure(query.get("cursor"), "cursor") or 0
+    limit = query_figure(query.get("limit"), "limit")
+    cursor = query_figure(query.get("cursor"), "cursor") or 0
     found, after = page(pool, where, cursor, DEFAULT_PAGE if limit is None else limit)
     now_ms = pool.now_ms()
     acts = None if service.actions is None else service.actions.latest
