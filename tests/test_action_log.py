@@ -43,7 +43,11 @@ def test_action_log_reads_newest_first_and_remembers_what_was_done(tmp_path: Pat
     assert again.done("c1") == frozenset({"notice"})
     # A failed act is not done: it stays due.
     assert again.done("c2") == frozenset()
-    assert not again.changed("c1", "withheld", None) and again.changed("c1", "withheld", "x")
+    # The last state is remembered too: the same withheld state again is not recorded, a
+    # new one is.
+    withheld = record(4, kind="withheld", outcome="withheld")
+    assert again.append(withheld, if_changed=True) is None
+    assert again.append({**withheld, "reason": "x"}, if_changed=True) is not None
 
 
 def test_action_log_is_capped_keeping_the_previous_file(tmp_path: Path) -> None:

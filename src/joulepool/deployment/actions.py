@@ -217,14 +217,6 @@ class ActionLog:
         with self._lock:
             return list(self._requeued_for.get(waiter, ()))
 
-    def changed(
-        self, claim: str, kind: str, reason: str | None, rule: str = "over_reservation"
-    ) -> bool:
-        """Whether (kind, reason) differs from the last record for `claim` under `rule`: a
-        withheld act is logged when the state changes, not on every pass."""
-        with self._lock:
-            return self._last.get((claim, rule)) != (kind, reason)
-
     def append(
         self, record: dict[str, Any], *, if_changed: bool = False, if_not_done: bool = False
     ) -> dict[str, Any] | None:
