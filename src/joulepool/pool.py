@@ -743,59 +743,34 @@ class Pool:
 
     def projection(self, state: ClaimState, now_ms: int | None = None) -> Projection | None:
         """A running claim's live figures now (DESIGN.md §7), None for a released one."""
-        if not state.running:
-            return None
+        at = self.now_ms() if now_ms is None else now_ms
+        return self.projections([state], at)[0]
+
+    def projections(self, states: Sequence[ClaimState], now_ms: int) -> list[Projection | None]:
+        """`projection` of each of `states` at one instant, under one hold of the lock: what
+        a pass over every running claim reads (DESIGN.md §7)."""
         with self._live_lock:
-            found = self.live.get(state.claim)
-            return project(
-                found,
-                key=state.claim,
-                policy=self.idle_policy,
-                held_devices=state.admitted.devices,
-                reserved_uj=state.admitted.reserved.uj,
-                now_ms=self.now_ms() if now_ms is None else now_ms,
-                sample_period_ms=found.every_ms if found is not None else DEFAULT_SAMPLE_PERIOD_MS,
-            )
+            return [self._project(s, now_ms) if s.running else None for s in states]
 
     def _project_now(self, state: ClaimState) -> None:
         """Project a claim as its evidence arrives (under the live lock), so a pass over
         every running claim finds each projection made (`ClaimLive.cached`)."""
         found = self.live.get(state.claim)
         if found is not None and found.latest is not None:
-            project(
-                found,
-                key=state.claim,
-                policy=self.idle_policy,
-                held_devices=state.admitted.devices,
-                reserved_uj=state.admitted.reserved.uj,
-                now_ms=found.latest.at_ms,
-                sample_period_ms=found.every_ms,
-            )
+            self._project(state, found.latest.at_ms)
 
-    def projections(self, states: Sequence[ClaimState], now_ms: int) -> list[Projection | None]:
-        """`projection` of each of `states` at one instant, under one hold of the lock: what
-        a pass over every running claim reads (DESIGN.md §7)."""
-        out: list[Projection | None] = []
-        with self._live_lock:
-            for state in states:
-                if not state.running:
-                    out.append(None)
-                    continue
-                found = self.live.get(state.claim)
-                out.append(
-                    project(
-                        found,
-                        key=state.claim,
-                        policy=self.idle_policy,
-                        held_devices=state.admitted.devices,
-                        reserved_uj=state.admitted.reserved.uj,
-                        now_ms=now_ms,
-                        sample_period_ms=(
-                            found.every_ms if found is not None else DEFAULT_SAMPLE_PERIOD_MS
-                        ),
-                    )
-                )
-        return out
+    def _project(self, state: ClaimState, now_ms: int) -> Projection:
+        """`live.project` of one running claim under the policy in force (the live lock held)."""
+        found = self.live.get(state.claim)
+        return project(
+            found,
+            key=state.claim,
+            policy=self.idle_policy,
+            held_devices=state.admitted.devices,
+            reserved_uj=state.admitted.reserved.uj,
+            now_ms=now_ms,
+            sample_period_ms=found.every_ms if found is not None else DEFAULT_SAMPLE_PERIOD_MS,
+        )
 
     def _claim_state(self, claim_id: str) -> ClaimState | None:
         running = self.state.open_claim(claim_id)
