@@ -40,10 +40,6 @@ VERDICTS = ("idle", "working", "nothing_held", "no_verdict")
 MAX_S = MAX_NOTICE_S
 """Every duration of these tables is at most 7 days."""
 
-RULES = ("over_reservation", "idle", "preemption")
-"""The rule each due item and action record names."""
-
-
 @dataclass(frozen=True, slots=True)
 class IdleActs:
     """What `[idle]` does with an idle verdict (DESIGN.md §7); the defaults report."""
