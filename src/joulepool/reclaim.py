@@ -40,6 +40,7 @@ VERDICTS = ("idle", "working", "nothing_held", "no_verdict")
 MAX_S = MAX_NOTICE_S
 """Every duration of these tables is at most 7 days."""
 
+
 @dataclass(frozen=True, slots=True)
 class IdleActs:
     """What `[idle]` does with an idle verdict (DESIGN.md §7); the defaults report."""
